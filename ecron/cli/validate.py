@@ -1,0 +1,1 @@
+"""``ecron validate -c DIR``: check a config directory and print every problem at once."""

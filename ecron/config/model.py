@@ -1,0 +1,304 @@
+"""Typed, validated settings: the daemon (``ecron.yaml``) and its tasks (``tasks/*.yaml``).
+
+Key names are the public contract (DESIGN.md, "Configuration"): add keys
+freely, rename none. Defaults are documented in ``docs/configuration.md``.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+from functools import cached_property
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from ecron.durations import Duration
+from ecron.errors import ScheduleError
+from ecron.schedules import Schedule, parse_schedule, zone
+
+TASK_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]*")
+#: Keys a step may set for itself; every other one it inherits from its task.
+CALL_KEYS = (
+    "url",
+    "headers",
+    "body",
+    "poll_url",
+    "cancel_url",
+    "request_timeout",
+    "task_timeout",
+    "poll_interval",
+    "max_probe_failures",
+    "mode",
+    "heartbeat_timeout",
+    "secret",
+    "trigger_retry",
+)
+
+
+def check_url(value: str | None) -> str | None:
+    """An http(s) URL with a host, or None."""
+    if value is not None and not re.match(r"https?://[^/\s]+", value):
+        raise ValueError(f"{value!r} is not an http(s) URL")
+    return value
+
+
+def check_positive(value: timedelta | None) -> timedelta | None:
+    """A duration longer than zero, or None."""
+    if value is not None and value <= timedelta(0):
+        raise ValueError("must be longer than zero")
+    return value
+
+
+_POSITIVE_CALL_DURATIONS = ("request_timeout", "task_timeout", "poll_interval", "heartbeat_timeout")
+
+
+class _Strict(BaseModel):
+    """Unknown keys are errors: a typo must not be silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TriggerRetry(_Strict):
+    """How the trigger POST of one execution is retried (same execution id)."""
+
+    attempts: int = Field(default=3, ge=1, le=100)
+    backoff: Duration = timedelta(seconds=1)
+    max_backoff: Duration = timedelta(seconds=30)
+
+
+class RetryPolicy(_Strict):
+    """New executions (``attempt + 1``) after a FAILED one."""
+
+    max_attempts: int = Field(default=0, ge=0, le=100)
+    backoff: Duration = timedelta(seconds=30)
+    max_backoff: Duration = timedelta(minutes=10)
+
+
+class Misfire(_Strict):
+    """What happens to fire times found more than ``grace`` late."""
+
+    policy: Literal["skip", "run_once", "run_all"] = "run_once"
+    grace: Duration = timedelta(minutes=5)
+
+
+class ResumePolicy(_Strict):
+    """Automatic resume of interrupted executions (only for idempotent tasks)."""
+
+    auto: bool = False
+    max_attempts: int = Field(default=3, ge=0, le=100)
+    within: Duration = timedelta(minutes=30)
+
+
+class CallSettings(_Strict):
+    """Everything one HTTP call under the protocol needs: a task's, or a step's merged with it."""
+
+    url: str
+    headers: dict[str, str] = Field(default_factory=dict)
+    body: Any = None
+    poll_url: str | None = None
+    cancel_url: str | None = None
+    request_timeout: Duration = timedelta(seconds=10)
+    task_timeout: Duration = timedelta(hours=2)
+    poll_interval: Duration = timedelta(seconds=5)
+    max_probe_failures: int = Field(default=5, ge=1, le=1000)
+    mode: Literal["poll", "callback"] = "poll"
+    heartbeat_timeout: Duration = timedelta(minutes=5)
+    secret: str | None = None
+    trigger_retry: TriggerRetry = Field(default_factory=TriggerRetry)
+
+    _url = field_validator("url")(check_url)
+    _durations = field_validator(*_POSITIVE_CALL_DURATIONS)(check_positive)
+
+
+class StepSpec(_Strict):
+    """One step of a multi-step task; unset call keys come from the task."""
+
+    name: str
+    url: str | None = None
+    headers: dict[str, str] | None = None
+    body: Any = None
+    poll_url: str | None = None
+    cancel_url: str | None = None
+    request_timeout: Duration | None = None
+    task_timeout: Duration | None = None
+    poll_interval: Duration | None = None
+    max_probe_failures: int | None = Field(default=None, ge=1, le=1000)
+    mode: Literal["poll", "callback"] | None = None
+    heartbeat_timeout: Duration | None = None
+    secret: str | None = None
+    trigger_retry: TriggerRetry | None = None
+
+    _url = field_validator("url")(check_url)
+    _durations = field_validator(*_POSITIVE_CALL_DURATIONS)(check_positive)
+
+
+class TaskSpec(_Strict):
+    """One task as declared in ``tasks/*.yaml``."""
+
+    name: str
+    timezone: str = "UTC"
+    schedule: str | dict[str, Any]
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    body: Any = None
+    poll_url: str | None = None
+    cancel_url: str | None = None
+    request_timeout: Duration = timedelta(seconds=10)
+    task_timeout: Duration = timedelta(hours=2)
+    poll_interval: Duration = timedelta(seconds=5)
+    max_probe_failures: int = Field(default=5, ge=1, le=1000)
+    mode: Literal["poll", "callback"] = "poll"
+    heartbeat_timeout: Duration = timedelta(minutes=5)
+    secret: str | None = None
+    trigger_retry: TriggerRetry = Field(default_factory=TriggerRetry)
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    concurrency: Literal["allow", "forbid", "replace"] = "forbid"
+    misfire: Misfire = Field(default_factory=Misfire)
+    idempotent: bool = False
+    resume: ResumePolicy = Field(default_factory=ResumePolicy)
+    pause_after_failures: int = Field(default=0, ge=0)
+    jitter: Duration = timedelta(0)
+    enabled: bool = True
+    steps: list[StepSpec] | None = None
+
+    _url = field_validator("url")(check_url)
+    _durations = field_validator(*_POSITIVE_CALL_DURATIONS)(check_positive)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not TASK_NAME.fullmatch(value) or len(value) > 200:
+            raise ValueError(
+                f"{value!r} is not a task name: use lower-case letters, digits, '_', '.', '-', "
+                "starting with a letter or digit"
+            )
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        try:
+            zone(value)
+        except ScheduleError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule(cls, value: str | dict[str, Any], info: ValidationInfo) -> str | dict[str, Any]:
+        try:
+            parse_schedule(value, info.data.get("timezone", "UTC"))
+        except ScheduleError as exc:
+            raise ValueError(str(exc)) from None
+        if isinstance(value, dict):  # keep YAML timestamps as text in the stored spec
+            return {key: v.isoformat() if isinstance(v, datetime) else v for key, v in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> TaskSpec:
+        if (self.url is None) == (self.steps is None):
+            raise ValueError("url/steps: a task has exactly one of 'url' and 'steps'")
+        if self.steps is not None:
+            if not self.steps:
+                raise ValueError("steps: a multi-step task needs at least one step")
+            for number, _ in enumerate(self.steps, start=1):
+                self.call(number)  # every step must resolve to a complete call
+        else:
+            self.call(None)
+        return self
+
+    @cached_property
+    def fire_schedule(self) -> Schedule:
+        """The parsed ``schedule``."""
+        return parse_schedule(self.schedule, self.timezone)
+
+    @property
+    def step_names(self) -> list[str]:
+        """Names of the steps, in order; empty for a one-call task."""
+        return [step.name for step in self.steps or []]
+
+    def call(self, step: int | None) -> CallSettings:
+        """The call settings of the task (``step`` None) or of its 1-based ``step``."""
+        inherited = {key: getattr(self, key) for key in CALL_KEYS}
+        if step is not None:
+            assert self.steps is not None
+            own = self.steps[step - 1].model_dump(exclude_unset=True, exclude={"name"})
+            inherited.update({key: getattr(self.steps[step - 1], key) for key in own})
+        if inherited["url"] is None:
+            raise ValueError(f"steps: step {step} has no url and the task sets none")
+        return CallSettings.model_validate(inherited)
+
+
+class LogSettings(_Strict):
+    """Log output: ``json`` lines (default when not on a terminal) or ``console``."""
+
+    format: Literal["json", "console"] | None = None
+    level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class DaemonSettings(_Strict):
+    """The daemon itself (``ecron.yaml``; every key also as ``ECRON_<KEY>``)."""
+
+    database: str = "sqlite+aiosqlite:///ecron.db"
+    listen: str = "127.0.0.1:8080"
+    public_url: str | None = None
+    api_token: str | None = None
+    secret: str | None = None
+    node_id: str = "auto"
+    lease_ttl: Duration = timedelta(seconds=15)
+    tick: Duration = timedelta(milliseconds=200)
+    patrol_interval: Duration = timedelta(seconds=60)
+    history_retention: Duration = timedelta(days=30)
+    log: LogSettings = Field(default_factory=LogSettings)
+    #: How many polls may be in flight at once (the poll worker pool).
+    poll_workers: int = Field(default=64, ge=1, le=10_000)
+    #: How far ahead fire times are claimed, so triggers leave on time.
+    prefetch: Duration = timedelta(seconds=2)
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        host, _, port = value.rpartition(":")
+        if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError(f"{value!r} is not HOST:PORT")
+        return value
+
+    @field_validator("database")
+    @classmethod
+    def _database(cls, value: str) -> str:
+        if not value.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://")):
+            raise ValueError(
+                f"{value!r}: use sqlite+aiosqlite:///FILE or postgresql+asyncpg://USER:PW@HOST/DB"
+            )
+        return value
+
+    @field_validator("lease_ttl", "tick", "patrol_interval", "history_retention")
+    @classmethod
+    def _positive(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError("must be longer than zero")
+        return value
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        """``listen`` split into host and port."""
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]"), int(port)
+
+
+class Config(BaseModel):
+    """A whole config directory: the daemon settings and the tasks, in file order."""
+
+    model_config = ConfigDict(frozen=True)
+
+    directory: str
+    daemon: DaemonSettings
+    tasks: dict[str, TaskSpec]

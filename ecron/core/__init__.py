@@ -1,0 +1,54 @@
+"""The execution state machine: statuses, reports, and the one function that moves executions.
+
+Nothing here does I/O or reads a clock.
+"""
+
+from ecron.core.machine import (
+    CancelSent,
+    Event,
+    ProbeFailed,
+    Reported,
+    Stopped,
+    Transition,
+    TriggerFailed,
+    TriggerSent,
+    apply,
+    deadline_passed,
+)
+from ecron.core.model import Execution, InvalidReport, Report, Step, parse_report
+from ecron.core.status import (
+    ACTIVE,
+    FINAL,
+    INTERRUPTED_REASONS,
+    Channel,
+    Reason,
+    RemoteStatus,
+    Status,
+    TriggerKind,
+)
+
+__all__ = [
+    "ACTIVE",
+    "FINAL",
+    "INTERRUPTED_REASONS",
+    "CancelSent",
+    "Channel",
+    "Event",
+    "Execution",
+    "InvalidReport",
+    "ProbeFailed",
+    "Reason",
+    "RemoteStatus",
+    "Report",
+    "Reported",
+    "Status",
+    "Step",
+    "Stopped",
+    "Transition",
+    "TriggerFailed",
+    "TriggerKind",
+    "TriggerSent",
+    "apply",
+    "deadline_passed",
+    "parse_report",
+]

@@ -1,0 +1,180 @@
+"""The one function that moves an execution: ``apply(execution, event, now)``.
+
+Every report (trigger answer, poll answer, callback) and every other event
+goes through ``apply``. It reads no clock and does no I/O: time is passed in,
+and what to do next is read off the returned ``Transition``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from ecron.core.model import Execution, Report, clamp_progress
+from ecron.core.status import Channel, Reason, RemoteStatus, Status, can_move
+
+
+@dataclass(frozen=True, slots=True)
+class Reported:
+    """A report arrived through ``channel``."""
+
+    report: Report
+    channel: Channel
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerSent:
+    """The trigger POST left; the first one fixes ``triggered_at`` and the deadline."""
+
+    timeout: timedelta
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerFailed:
+    """The trigger did not start the execution, for ``reason``."""
+
+    reason: Reason
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeFailed:
+    """A poll (or heartbeat) failed; ``limit`` failures in a row end the execution."""
+
+    kind: Literal["unreachable", "protocol_error"]
+    limit: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class CancelSent:
+    """The cancel call is about to leave (recorded first, so it is sent at most once)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """The execution was stopped by its deadline (TIMED_OUT) or by a person (CANCELLED)."""
+
+    status: Literal[Status.TIMED_OUT, Status.CANCELLED]
+    acknowledged: bool | None
+    message: str
+
+
+Event = Reported | TriggerSent | TriggerFailed | ProbeFailed | CancelSent | Stopped
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """What ``apply`` decided."""
+
+    before: Execution
+    after: Execution
+    #: The deadline has passed: send the cancel call, then apply ``Stopped(TIMED_OUT)``.
+    cancel_due: bool = False
+    #: Why the event changed nothing, when it did not.
+    ignored: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        """True when the execution must be written."""
+        return self.after != self.before
+
+    @property
+    def finished(self) -> bool:
+        """True when this transition made the execution final."""
+        return self.after.is_final and not self.before.is_final
+
+
+def apply(execution: Execution, event: Event, now: datetime) -> Transition:
+    """Apply ``event`` to ``execution`` at time ``now``.
+
+    A final execution never changes. A report that arrives after the deadline
+    changes nothing and asks for the cancel call instead.
+    """
+    if execution.is_final:
+        return Transition(execution, execution, ignored=f"execution is {execution.status}")
+    match event:
+        case Reported(report, channel):
+            return _apply_report(execution, report, channel, now)
+        case TriggerSent(timeout):
+            if execution.triggered_at is not None:
+                return Transition(execution, execution, ignored="trigger already sent")
+            after = execution.evolve(triggered_at=now, deadline=now + timeout)
+            return Transition(execution, after)
+        case TriggerFailed(reason, message):
+            return Transition(execution, _finish(execution, Status.FAILED, reason, message, now))
+        case ProbeFailed(kind, limit, message):
+            return _apply_probe_failure(execution, kind, limit, message, now)
+        case CancelSent():
+            return Transition(execution, execution.evolve(cancel_sent_at=now))
+        case Stopped(status, acknowledged, message):
+            after = _finish(execution, status, None, message, now)
+            return Transition(execution, after.evolve(cancel_acknowledged=acknowledged))
+    raise TypeError(f"not an event: {event!r}")  # pragma: no cover
+
+
+def deadline_passed(execution: Execution, now: datetime) -> bool:
+    """True when the execution has a deadline and ``now`` is at or past it."""
+    return execution.deadline is not None and now >= execution.deadline
+
+
+def _apply_report(
+    execution: Execution, report: Report, channel: Channel, now: datetime
+) -> Transition:
+    if deadline_passed(execution, now):
+        return Transition(execution, execution, cancel_due=True, ignored="deadline passed")
+    if report.status is RemoteStatus.UNKNOWN:
+        return _apply_unknown(execution, channel, now)
+    message = report.message if report.message is not None else execution.message
+    if report.status is RemoteStatus.RUNNING:
+        progress = execution.progress if report.progress is None else report.progress
+        after = execution.evolve(
+            status=Status.RUNNING, progress=clamp_progress(progress), message=message
+        )
+    elif report.status is RemoteStatus.SUCCESS:
+        after = _finish(execution, Status.SUCCESS, None, message, now).evolve(
+            progress=100.0, result=report.result, result_truncated=report.result_truncated
+        )
+    else:
+        reason = Reason.INTERRUPTED if report.interrupted else Reason.REMOTE_FAILED
+        after = _finish(execution, Status.FAILED, reason, message, now)
+        if report.progress is not None:
+            after = after.evolve(progress=report.progress)
+    after = after.evolve(probe_failures=0)
+    if after == execution and channel is Channel.POLL:
+        # A poll that says nothing new is not written: no row change per poll.
+        return Transition(execution, execution, ignored="nothing new")
+    return Transition(execution, after.evolve(last_report_at=now))
+
+
+def _apply_unknown(execution: Execution, channel: Channel, now: datetime) -> Transition:
+    if channel is Channel.TRIGGER:
+        message = "the user service does not know the execution it was just given"
+        return Transition(execution, _finish(execution, Status.FAILED, Reason.REJECTED, message, now))
+    if execution.status is Status.PENDING:
+        # Asked after an unknown trigger outcome: it never started; the trigger is sent again.
+        return Transition(execution, execution, ignored="not started at the user service")
+    message = "the user service no longer knows this execution"
+    return Transition(execution, _finish(execution, Status.FAILED, Reason.LOST, message, now))
+
+
+def _apply_probe_failure(
+    execution: Execution, kind: str, limit: int, message: str, now: datetime
+) -> Transition:
+    failures = execution.probe_failures + 1
+    if failures < limit:
+        return Transition(execution, execution.evolve(probe_failures=failures))
+    reason = Reason.PROTOCOL_ERROR if kind == "protocol_error" else Reason.UNREACHABLE
+    text = f"{failures} failed probes in a row; last: {message}"
+    after = _finish(execution, Status.FAILED, reason, text, now).evolve(probe_failures=failures)
+    return Transition(execution, after)
+
+
+def _finish(
+    execution: Execution, status: Status, reason: Reason | None, message: str | None, now: datetime
+) -> Execution:
+    assert can_move(execution.status, status), f"{execution.status} -> {status}"
+    return execution.evolve(
+        status=status, reason=reason, message=message, finished_at=now, next_poll_at=None
+    )

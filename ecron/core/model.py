@@ -1,0 +1,162 @@
+"""Domain objects: reports, executions and their steps. Frozen; never rows."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from ecron.core.status import ACTIVE, FINAL, Reason, RemoteStatus, Status, TriggerKind
+
+#: A report's ``message`` is stored cut to this many characters.
+MESSAGE_LIMIT = 1000
+#: A report's ``result`` is stored up to this many bytes of JSON; larger ones are cut and flagged.
+RESULT_LIMIT = 64 * 1024
+
+
+class InvalidReport(ValueError):
+    """A body that is not a report (PROTOCOL.md, "Reports")."""
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """What a user service says about one execution, from any channel."""
+
+    status: RemoteStatus
+    progress: float | None = None
+    message: str | None = None
+    result: Any = None
+    result_truncated: bool = False
+    interrupted: bool = False
+    #: Parts of the body that were ignored, in words (e.g. a progress that is not a number).
+    warnings: tuple[str, ...] = ()
+
+
+def parse_report(body: Any) -> Report:
+    """Turn a decoded JSON body into a ``Report``, or raise ``InvalidReport``.
+
+    ``status`` is matched without regard to case; a ``progress`` that is not a
+    finite number is ignored (and named in ``warnings``); one outside 0..100 is
+    clamped; ``message`` is cut to 1,000 characters; ``result`` over 64 KiB of
+    JSON is cut and flagged.
+    """
+    if not isinstance(body, dict):
+        raise InvalidReport(f"a report is a JSON object, not {type(body).__name__}")
+    raw_status = body.get("status")
+    if not isinstance(raw_status, str):
+        raise InvalidReport("a report needs a string 'status'")
+    try:
+        status = RemoteStatus(raw_status.strip().upper())
+    except ValueError:
+        raise InvalidReport(
+            f"unknown status {raw_status!r}: expected RUNNING, SUCCESS, FAILED or UNKNOWN"
+        ) from None
+    warnings: list[str] = []
+    progress = _read_progress(body.get("progress"), warnings)
+    message = body.get("message")
+    if message is not None and not isinstance(message, str):
+        warnings.append(f"message {message!r} is not a string; ignored")
+        message = None
+    result, truncated = _cap_result(body.get("result"))
+    interrupted = body.get("interrupted") is True
+    return Report(
+        status=status,
+        progress=progress,
+        message=message[:MESSAGE_LIMIT] if message is not None else None,
+        result=result,
+        result_truncated=truncated,
+        interrupted=interrupted,
+        warnings=tuple(warnings),
+    )
+
+
+def _read_progress(value: Any, warnings: list[str]) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        warnings.append(f"progress {value!r} is not a number; ignored")
+        return None
+    return clamp_progress(float(value))
+
+
+def clamp_progress(value: float) -> float:
+    """Progress always lies in 0..100."""
+    return min(100.0, max(0.0, value))
+
+
+def _cap_result(result: Any) -> tuple[Any, bool]:
+    if result is None:
+        return None, False
+    encoded = json.dumps(result, ensure_ascii=False, default=str)
+    if len(encoded.encode()) <= RESULT_LIMIT:
+        return result, False
+    return encoded.encode()[:RESULT_LIMIT].decode(errors="ignore"), True
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One call of a multi-step execution."""
+
+    number: int
+    name: str
+    remote_id: str
+    status: Status = Status.PENDING
+    reason: Reason | None = None
+    progress: float = 0.0
+    message: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    """One run of a task, as ecron knows it.
+
+    The call fields (``triggered_at``, ``deadline``, ``probe_failures``,
+    ``cancel_sent_at``) are about the call in flight: the execution itself
+    for a one-call task, its current step for a multi-step one.
+    """
+
+    eid: str
+    task: str
+    scheduled_at: datetime
+    created_at: datetime
+    trigger_kind: TriggerKind = TriggerKind.SCHEDULE
+    attempt: int = 1
+    resume_attempt: int = 0
+    resume_of: str | None = None
+    status: Status = Status.PENDING
+    reason: Reason | None = None
+    progress: float = 0.0
+    message: str | None = None
+    result: Any = None
+    result_truncated: bool = False
+    triggered_at: datetime | None = None
+    last_report_at: datetime | None = None
+    finished_at: datetime | None = None
+    deadline: datetime | None = None
+    next_poll_at: datetime | None = None
+    probe_failures: int = 0
+    cancel_sent_at: datetime | None = None
+    cancel_acknowledged: bool | None = None
+    owner: str | None = None
+    lease_until: datetime | None = None
+    fence: int = 0
+    version: int = 0
+    steps: tuple[Step, ...] = field(default=())
+
+    @property
+    def is_final(self) -> bool:
+        """True once the status can never change again."""
+        return self.status in FINAL
+
+    @property
+    def is_active(self) -> bool:
+        """True while PENDING or RUNNING."""
+        return self.status in ACTIVE
+
+    def evolve(self, **changes: Any) -> Execution:
+        """A copy with ``changes`` applied."""
+        return replace(self, **changes)

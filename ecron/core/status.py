@@ -1,0 +1,114 @@
+"""Execution statuses, the reasons that go with them, and which moves are allowed."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Status(StrEnum):
+    """Where an execution is, as ecron sees it."""
+
+    #: Created; the trigger has not been answered yet.
+    PENDING = "PENDING"
+    #: The user service accepted the trigger and is working.
+    RUNNING = "RUNNING"
+    #: The user service reported success.
+    SUCCESS = "SUCCESS"
+    #: Ended without success; ``reason`` says why.
+    FAILED = "FAILED"
+    #: The task timeout passed; the cancel call was sent.
+    TIMED_OUT = "TIMED_OUT"
+    #: A person cancelled it; the cancel call was sent.
+    CANCELLED = "CANCELLED"
+    #: A fire time that was not run; ``reason`` says why.
+    SKIPPED = "SKIPPED"
+
+
+class Reason(StrEnum):
+    """Why an execution ended FAILED or SKIPPED."""
+
+    #: The user service reported FAILED.
+    REMOTE_FAILED = "remote_failed"
+    #: The user service refused the trigger (4xx, 404 or UNKNOWN).
+    REJECTED = "rejected"
+    #: The user service answered 2xx without a valid report.
+    PROTOCOL_ERROR = "protocol_error"
+    #: The trigger could not be delivered within its retry budget.
+    TRIGGER_FAILED = "trigger_failed"
+    #: Polls or heartbeats failed ``max_probe_failures`` times in a row.
+    UNREACHABLE = "unreachable"
+    #: The user service forgot an execution it had accepted.
+    LOST = "lost"
+    #: The work stopped for an outside cause (restart, lost session) and is safe to resume.
+    INTERRUPTED = "interrupted"
+    #: SKIPPED: the fire time was found too late (``misfire.policy``).
+    MISFIRE = "misfire"
+    #: SKIPPED: an earlier execution was still active (``concurrency: forbid``).
+    OVERLAP = "overlap"
+    #: SKIPPED: the task was paused.
+    PAUSED = "paused"
+
+
+class RemoteStatus(StrEnum):
+    """The ``status`` of a report, as the user service says it."""
+
+    #: Working.
+    RUNNING = "RUNNING"
+    #: Done, successfully.
+    SUCCESS = "SUCCESS"
+    #: Done, unsuccessfully.
+    FAILED = "FAILED"
+    #: The user service does not know this execution id.
+    UNKNOWN = "UNKNOWN"
+
+
+class Channel(StrEnum):
+    """The way a report reached ecron."""
+
+    #: The answer to the trigger POST.
+    TRIGGER = "trigger"
+    #: The answer to a poll GET.
+    POLL = "poll"
+    #: Pushed by the user service to the callback endpoint.
+    CALLBACK = "callback"
+
+
+class TriggerKind(StrEnum):
+    """Why an execution was created."""
+
+    #: A fire time of the task's schedule.
+    SCHEDULE = "schedule"
+    #: A person asked for it (API, CLI).
+    MANUAL = "manual"
+    #: A new attempt after a FAILED execution of the same fire time.
+    RETRY = "retry"
+    #: The continuation of an unsuccessful execution.
+    RESUME = "resume"
+
+
+#: Statuses that never change again.
+FINAL: frozenset[Status] = frozenset(
+    {Status.SUCCESS, Status.FAILED, Status.TIMED_OUT, Status.CANCELLED, Status.SKIPPED}
+)
+
+#: Statuses of an execution that is still going (it counts for ``concurrency``).
+ACTIVE: frozenset[Status] = frozenset({Status.PENDING, Status.RUNNING})
+
+#: Reasons that mean "stopped by something outside the work; safe to resume if idempotent".
+INTERRUPTED_REASONS: frozenset[Reason] = frozenset(
+    {Reason.INTERRUPTED, Reason.UNREACHABLE, Reason.LOST}
+)
+
+#: The allowed moves. SKIPPED executions are created final and never move.
+TRANSITIONS: dict[Status, frozenset[Status]] = {
+    Status.PENDING: frozenset(
+        {Status.RUNNING, Status.SUCCESS, Status.FAILED, Status.TIMED_OUT, Status.CANCELLED}
+    ),
+    Status.RUNNING: frozenset({Status.SUCCESS, Status.FAILED, Status.TIMED_OUT, Status.CANCELLED}),
+    **{status: frozenset() for status in FINAL},
+}
+
+
+def can_move(before: Status, after: Status) -> bool:
+    """True when ``before -> after`` is allowed (staying in place always is)."""
+    return before == after or after in TRANSITIONS[before]

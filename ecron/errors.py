@@ -1,0 +1,35 @@
+"""The root of every error ecron raises on purpose.
+
+Messages name the thing they are about (file, task, field, execution id) and,
+where there is one, what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class EcronError(Exception):
+    """Base class of every error raised by ecron on purpose."""
+
+
+class ConfigError(EcronError):
+    """The configuration cannot be used; ``problems`` lists every reason at once."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+class ScheduleError(EcronError):
+    """A schedule expression cannot be turned into fire times."""
+
+
+class StoreError(EcronError):
+    """The database could not do what was asked."""
+
+
+class NotFound(EcronError):
+    """A task or execution that does not exist was named."""
+
+
+class Conflict(EcronError):
+    """The request contradicts the current state (e.g. resuming twice)."""

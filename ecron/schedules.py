@@ -1,0 +1,257 @@
+"""Fire times: cron (with time zone), every (fixed rate), after (fixed delay), at (once), manual.
+
+All fire-time math comes from APScheduler 3.11's trigger classes, behind one
+small function, ``next_fire_time``, that takes ``now``. Nothing here reads a
+clock. Fire times are UTC and keep their milliseconds (nothing finer).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, tzinfo
+from enum import StrEnum
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from apscheduler.triggers.base import BaseTrigger
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.date import DateTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from ecron.durations import format_duration, parse_duration
+from ecron.errors import ScheduleError
+
+#: ``every`` schedules without ``start`` are aligned to whole multiples of their interval since this.
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+_CRON_DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+
+
+class ScheduleKind(StrEnum):
+    """The forms a ``schedule`` can take."""
+
+    #: A cron expression: 5 fields, or 6 with seconds first.
+    CRON = "cron"
+    #: ``{every: 10m}``: fixed rate.
+    EVERY = "every"
+    #: ``{after: 10m}``: fixed delay after the previous execution ends.
+    AFTER = "after"
+    #: ``{at: 2026-12-01T03:00:00Z}``: once.
+    AT = "at"
+    #: Only when asked (API, CLI).
+    MANUAL = "manual"
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A parsed schedule: its kind, how to print it, and the trigger that computes it."""
+
+    kind: ScheduleKind
+    text: str
+    trigger: BaseTrigger | None = None
+    delay: timedelta | None = None
+
+
+def zone(name: str) -> tzinfo:
+    """The time zone called ``name`` (IANA), or a ``ScheduleError`` naming it."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ScheduleError(f"{name!r} is not a known time zone (use an IANA name like Europe/Paris)") from None
+
+
+def parse_schedule(value: Any, timezone: str = "UTC") -> Schedule:
+    """Turn a ``schedule`` value from YAML into a ``Schedule``; ``ScheduleError`` says what is wrong."""
+    tz = zone(timezone)
+    if isinstance(value, str):
+        text = value.strip()
+        if text == "manual":
+            return Schedule(ScheduleKind.MANUAL, "manual")
+        return _parse_cron(text, tz)
+    if isinstance(value, dict):
+        return _parse_mapping(value, tz)
+    raise ScheduleError(
+        f"{value!r} is not a schedule: use a cron expression, {{every: 10m}}, {{after: 10m}}, "
+        "{at: TIME} or manual"
+    )
+
+
+def _parse_mapping(value: dict[str, Any], tz: tzinfo) -> Schedule:
+    keys = set(value)
+    if keys in ({"every"}, {"every", "start"}):
+        interval = _positive_duration(value["every"], "every")
+        start = _read_time(value["start"], tz, "start") if "start" in value else EPOCH
+        trigger = IntervalTrigger(seconds=interval.total_seconds(), start_date=start, timezone=UTC)
+        text = f"every {format_duration(interval)}"
+        if "start" in value:
+            text += f" from {_iso(start)}"
+        return Schedule(ScheduleKind.EVERY, text, trigger=trigger)
+    if keys == {"after"}:
+        delay = _positive_duration(value["after"], "after")
+        return Schedule(ScheduleKind.AFTER, f"after {format_duration(delay)}", delay=delay)
+    if keys == {"at"}:
+        when = _read_time(value["at"], tz, "at")
+        return Schedule(ScheduleKind.AT, f"at {_iso(when)}", trigger=DateTrigger(run_date=when))
+    raise ScheduleError(
+        f"{sorted(keys)} is not a schedule mapping: use {{every: D}} (optionally with start), "
+        "{after: D} or {at: TIME}"
+    )
+
+
+def _positive_duration(value: Any, key: str) -> timedelta:
+    try:
+        duration = parse_duration(value)
+    except ValueError as exc:
+        raise ScheduleError(f"{key}: {exc}") from None
+    if duration <= timedelta(0):
+        raise ScheduleError(f"{key}: {value!r} must be longer than zero")
+    return duration
+
+
+def _read_time(value: Any, tz: tzinfo, key: str) -> datetime:
+    if isinstance(value, datetime):
+        when = value
+    elif isinstance(value, str):
+        try:
+            when = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ScheduleError(
+                f"{key}: {value!r} is not a time: write it like 2026-12-01T03:00:00Z"
+            ) from None
+    else:
+        raise ScheduleError(f"{key}: {value!r} is not a time: write it like 2026-12-01T03:00:00Z")
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=tz)
+    return when.astimezone(UTC)
+
+
+def _parse_cron(text: str, tz: tzinfo) -> Schedule:
+    fields = text.split()
+    if len(fields) == 5:
+        second, (minute, hour, day, month, dow) = "0", fields
+    elif len(fields) == 6:
+        second, minute, hour, day, month, dow = fields
+    else:
+        raise ScheduleError(
+            f"{text!r} is not a cron expression: it has {len(fields)} fields, "
+            "expected 5 (minute hour day month weekday) or 6 (seconds first)"
+        )
+    try:
+        trigger = CronTrigger(
+            second=second,
+            minute=minute,
+            hour=hour,
+            day=day,
+            month=month,
+            day_of_week=cron_weekdays(dow),
+            timezone=tz,
+        )
+    except ValueError as exc:
+        raise ScheduleError(f"{text!r} is not a valid cron expression ({exc})") from None
+    zone_name = getattr(tz, "key", str(tz))
+    return Schedule(ScheduleKind.CRON, f"cron {text} ({zone_name})", trigger=trigger)
+
+
+def cron_weekdays(field: str) -> str:
+    """Translate a crontab weekday field (0 or 7 = Sunday) into APScheduler's names.
+
+    APScheduler 3 numbers weekdays from Monday = 0, so ``1-5`` would mean
+    Tuesday to Saturday there; cron means Monday to Friday. Numbers, names,
+    ranges, steps and lists are expanded to a list of day names.
+    """
+    if field in ("*", "?"):
+        return "*"
+    days: set[int] = set()
+    for part in field.lower().split(","):
+        days |= _weekday_part(part, field)
+    return ",".join(_CRON_DAY_NAMES[day] for day in sorted(days))
+
+
+def _weekday_part(part: str, field: str) -> set[int]:
+    match = re.fullmatch(r"(\*|\w+(?:-\w+)?)(?:/(\d+))?", part)
+    if not match:
+        raise ScheduleError(f"weekday field {field!r}: cannot read {part!r}")
+    span, step = match.group(1), int(match.group(2) or 1)
+    if step < 1:
+        raise ScheduleError(f"weekday field {field!r}: step must be at least 1")
+    if span == "*":
+        first, last = 0, 6
+    elif "-" in span:
+        first, last = (_weekday(token, field) for token in span.split("-"))
+        if last == 0 and first > 0:
+            last = 7  # "5-7" and "fri-sun" end on Sunday
+    else:
+        first = last = _weekday(span, field)
+        if match.group(2):
+            last = 6
+    if first > last:
+        raise ScheduleError(f"weekday field {field!r}: range {span!r} runs backwards")
+    return {day % 7 for day in range(first, last + 1, step)}
+
+
+def _weekday(token: str, field: str) -> int:
+    if token.isdigit() and int(token) <= 7:
+        return int(token)
+    if token[:3] in _CRON_DAY_NAMES and len(token) >= 3:
+        return _CRON_DAY_NAMES.index(token[:3])
+    raise ScheduleError(f"weekday field {field!r}: {token!r} is not a weekday (0-7 or sun-sat)")
+
+
+def next_fire_time(schedule: Schedule, previous: datetime | None, now: datetime) -> datetime | None:
+    """The next fire time, in UTC with milliseconds, or None when there is none.
+
+    ``previous`` is the previous fire time (for ``after``: when the previous
+    execution ended). Without one, the first fire time at or after ``now``;
+    with one, the first after it, even if that is before ``now`` (missed
+    fire times are the caller's business, see ``misfire``). An ``after``
+    schedule without a previous end fires at ``now``.
+    """
+    if schedule.kind is ScheduleKind.MANUAL:
+        return None
+    if schedule.kind is ScheduleKind.AFTER:
+        assert schedule.delay is not None
+        return _ms(now if previous is None else previous + schedule.delay)
+    assert schedule.trigger is not None
+    found = schedule.trigger.get_next_fire_time(previous, now)
+    return None if found is None else _ms(found)
+
+
+def missed_fire_times(
+    schedule: Schedule, first: datetime, now: datetime, limit: int
+) -> tuple[list[datetime], datetime | None]:
+    """Fire times from ``first`` up to ``now`` (at most ``limit``), and the next one after them.
+
+    ``after`` schedules never have more than one due fire time.
+    """
+    due: list[datetime] = []
+    current: datetime | None = first
+    while current is not None and current <= now and len(due) < limit:
+        due.append(current)
+        if schedule.kind is ScheduleKind.AFTER:
+            return due, None
+        current = next_fire_time(schedule, current, now)
+    return due, current
+
+
+def jitter_offset(task: str, scheduled_at: datetime, jitter: timedelta) -> timedelta:
+    """A delay in ``[0, jitter)`` that is the same on every node for one fire time."""
+    if jitter <= timedelta(0):
+        return timedelta(0)
+    digest = hashlib.sha256(f"{task}@{_iso(scheduled_at)}".encode()).digest()
+    fraction = int.from_bytes(digest[:8], "big") / 2**64
+    return timedelta(milliseconds=int(jitter.total_seconds() * 1000 * fraction))
+
+
+def _ms(when: datetime) -> datetime:
+    """``when`` in UTC, rounded to the millisecond."""
+    utc = when.astimezone(UTC)
+    micros = round(utc.microsecond / 1000) * 1000
+    if micros == 1_000_000:
+        return utc.replace(microsecond=0) + timedelta(seconds=1)
+    return utc.replace(microsecond=micros)
+
+
+def _iso(when: datetime) -> str:
+    return when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
