@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from decimal import Decimal
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, PlainSerializer
 
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+#: Microseconds per unit: parts are added up exactly (in ``Decimal``), never in float seconds.
+_UNITS = {"ms": 1000, "s": 10**6, "m": 60 * 10**6, "h": 3600 * 10**6, "d": 86400 * 10**6}
+_MICROSECOND = timedelta(microseconds=1)
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 
 
@@ -25,22 +28,26 @@ def parse_duration(value: Any) -> timedelta:
         raise ValueError(f"{value!r} is not a duration: write it with a unit, like 30s or 10m")
     text = value.strip().replace(" ", "")
     pos = 0
-    seconds = 0.0
+    micros = Decimal(0)
     for match in _PART.finditer(text):
         if match.start() != pos:
             break
-        seconds += float(match.group(1)) * _UNITS[match.group(2)]
+        micros += Decimal(match.group(1)) * _UNITS[match.group(2)]
         pos = match.end()
     if pos != len(text) or not text:
         raise ValueError(
-            f"{value!r} is not a duration: write a number and a unit (ms, s, m, h, d), like 30s or 1h30m"
+            f"{value!r} is not a duration: "
+            "write a number and a unit (ms, s, m, h, d), like 30s or 1h30m"
         )
-    return timedelta(seconds=seconds)
+    try:
+        return timedelta(microseconds=int(micros.to_integral_value()))
+    except OverflowError:
+        raise ValueError(f"{value!r} is too long a duration (at most 999999999d)") from None
 
 
 def format_duration(value: timedelta) -> str:
     """The shortest exact spelling of ``value`` in the units ``parse_duration`` reads."""
-    ms = round(value.total_seconds() * 1000)
+    ms = round(Decimal(value // _MICROSECOND) / 1000)
     if ms == 0:
         return "0s"
     parts = []

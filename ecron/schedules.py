@@ -16,6 +16,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.triggers.base import BaseTrigger
+from apscheduler.triggers.combining import OrTrigger
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
@@ -23,10 +24,20 @@ from apscheduler.triggers.interval import IntervalTrigger
 from ecron.durations import format_duration, parse_duration
 from ecron.errors import ScheduleError
 
-#: ``every`` schedules without ``start`` are aligned to whole multiples of their interval since this.
+#: ``every`` schedules without ``start`` fire at whole multiples of their interval since this.
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 
 _CRON_DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+_CRON_DAY_FULL_NAMES = (
+    "sunday",
+    "monday",
+    "tuesday",
+    "wednesday",
+    "thursday",
+    "friday",
+    "saturday",
+)
 
 
 class ScheduleKind(StrEnum):
@@ -59,11 +70,13 @@ def zone(name: str) -> tzinfo:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise ScheduleError(f"{name!r} is not a known time zone (use an IANA name like Europe/Paris)") from None
+        raise ScheduleError(
+            f"{name!r} is not a known time zone (use an IANA name like Europe/Paris)"
+        ) from None
 
 
 def parse_schedule(value: Any, timezone: str = "UTC") -> Schedule:
-    """Turn a ``schedule`` value from YAML into a ``Schedule``; ``ScheduleError`` says what is wrong."""
+    """Turn a ``schedule`` value from YAML into a ``Schedule``; ``ScheduleError`` says why not."""
     tz = zone(timezone)
     if isinstance(value, str):
         text = value.strip()
@@ -93,7 +106,9 @@ def _parse_mapping(value: dict[str, Any], tz: tzinfo) -> Schedule:
         return Schedule(ScheduleKind.AFTER, f"after {format_duration(delay)}", delay=delay)
     if keys == {"at"}:
         when = _read_time(value["at"], tz, "at")
-        return Schedule(ScheduleKind.AT, f"at {_iso(when)}", trigger=DateTrigger(run_date=when))
+        # An explicit zone, so APScheduler never asks the host's (tzlocal fails on a bad TZ).
+        trigger = DateTrigger(run_date=when, timezone=UTC)
+        return Schedule(ScheduleKind.AT, f"at {_iso(when)}", trigger=trigger)
     raise ScheduleError(
         f"{sorted(keys)} is not a schedule mapping: use {{every: D}} (optionally with start), "
         "{after: D} or {at: TIME}"
@@ -139,19 +154,27 @@ def _parse_cron(text: str, tz: tzinfo) -> Schedule:
             "expected 5 (minute hour day month weekday) or 6 (seconds first)"
         )
     try:
-        trigger = CronTrigger(
-            second=second,
-            minute=minute,
-            hour=hour,
-            day=day,
-            month=month,
-            day_of_week=cron_weekdays(dow),
-            timezone=tz,
-        )
+        weekdays = cron_weekdays(dow)
+    except ScheduleError as exc:
+        raise ScheduleError(f"{text!r} is not a valid cron expression ({exc})") from None
+    fields_of = {"second": second, "minute": minute, "hour": hour, "month": month, "timezone": tz}
+    try:
+        trigger: BaseTrigger
+        if day.startswith(("*", "?")) or weekdays == "*":
+            trigger = CronTrigger(day=day, day_of_week=weekdays, **fields_of)
+        else:
+            # crontab: when both day fields are restricted, either one matching is enough
+            # ("0 0 1 * 1" is the 1st of each month and every Monday); APScheduler wants both.
+            by_day = CronTrigger(day=day, day_of_week="*", **fields_of)
+            by_weekday = CronTrigger(day="*", day_of_week=weekdays, **fields_of)
+            trigger = OrTrigger([by_day, by_weekday])
     except ValueError as exc:
         raise ScheduleError(f"{text!r} is not a valid cron expression ({exc})") from None
     zone_name = getattr(tz, "key", str(tz))
-    return Schedule(ScheduleKind.CRON, f"cron {text} ({zone_name})", trigger=trigger)
+    schedule = Schedule(ScheduleKind.CRON, f"cron {text} ({zone_name})", trigger=trigger)
+    if next_fire_time(schedule, None, EPOCH) is None:
+        raise ScheduleError(f"{text!r} never fires (no such date, like 30 February)")
+    return schedule
 
 
 def cron_weekdays(field: str) -> str:
@@ -192,10 +215,11 @@ def _weekday_part(part: str, field: str) -> set[int]:
 
 
 def _weekday(token: str, field: str) -> int:
-    if token.isdigit() and int(token) <= 7:
+    if token.isascii() and token.isdigit() and int(token) <= 7:
         return int(token)
-    if token[:3] in _CRON_DAY_NAMES and len(token) >= 3:
-        return _CRON_DAY_NAMES.index(token[:3])
+    for names in (_CRON_DAY_NAMES, _CRON_DAY_FULL_NAMES):
+        if token in names:
+            return names.index(token)
     raise ScheduleError(f"weekday field {field!r}: {token!r} is not a weekday (0-7 or sun-sat)")
 
 
@@ -205,17 +229,69 @@ def next_fire_time(schedule: Schedule, previous: datetime | None, now: datetime)
     ``previous`` is the previous fire time (for ``after``: when the previous
     execution ended). Without one, the first fire time at or after ``now``;
     with one, the first after it, even if that is before ``now`` (missed
-    fire times are the caller's business, see ``misfire``). An ``after``
+    fire times are the caller's business, see ``misfire``), and even if
+    ``previous`` is still ahead of ``now`` (claimed early). An ``after``
     schedule without a previous end fires at ``now``.
+
+    Daylight saving time, for cron in a zone that has it: a wall time the clock
+    skips fires once, shifted by the gap (02:30 becomes 03:30 when 02:00 jumps
+    to 03:00); a wall time the clock repeats fires once, at its first occurrence,
+    for a job whose second, minute and hour are fixed, and in both hours for
+    one with a wildcard among them (Vixie cron's rule).
     """
     if schedule.kind is ScheduleKind.MANUAL:
         return None
     if schedule.kind is ScheduleKind.AFTER:
         assert schedule.delay is not None
         return _ms(now if previous is None else previous + schedule.delay)
-    assert schedule.trigger is not None
-    found = schedule.trigger.get_next_fire_time(previous, now)
+    trigger = schedule.trigger
+    assert trigger is not None
+    if schedule.kind is ScheduleKind.EVERY and previous is None:
+        return _ms(_first_interval_time(trigger, now))
+    found = _next_after(trigger, previous, now)
+    if schedule.kind is ScheduleKind.CRON:
+        while found is not None and _second_fixed_time_of_fold(trigger, found):
+            found = _next_after(trigger, found, now)
     return None if found is None else _ms(found)
+
+
+def _next_after(trigger: BaseTrigger, previous: datetime | None, now: datetime) -> datetime | None:
+    if previous is None:
+        return trigger.get_next_fire_time(None, now)  # type: ignore[no-any-return]
+    # APScheduler looks from min(now, previous + 1µs), and skips ``previous``
+    # itself only when it compares equal, which an ambiguous local time never
+    # does across zones (PEP 495). So look from just after ``previous``,
+    # whatever ``now``, adding in UTC (wall-clock arithmetic loses the fold).
+    after = previous.astimezone(UTC) + _MICROSECOND
+    return trigger.get_next_fire_time(after, after)  # type: ignore[no-any-return]
+
+
+def _first_interval_time(trigger: BaseTrigger, now: datetime) -> datetime:
+    """The first ``start + n * interval`` at or after ``now``, in exact integer arithmetic.
+
+    APScheduler computes it with float seconds, which misses a fire time that
+    falls exactly on ``now`` when the interval is not a whole number of seconds.
+    """
+    start: datetime = trigger.start_date
+    interval: timedelta = trigger.interval
+    if now <= start:
+        return start
+    return start + -((start - now) // interval) * interval
+
+
+def _second_fixed_time_of_fold(trigger: BaseTrigger, when: datetime) -> bool:
+    """True for the second occurrence of a repeated wall time (DST ends) of a fixed-time job.
+
+    As in Vixie cron, a job whose second, minute and hour fields are all fixed
+    (``30 2 * * *``) runs once when the clock falls back; one with a wildcard
+    among them (``0 * * * *``, ``*/15 2 * * *``) runs by the clock in both hours.
+    """
+    base = trigger.triggers[0] if isinstance(trigger, OrTrigger) else trigger
+    local = when.astimezone(base.timezone)
+    if local.fold == 0 or local.utcoffset() == local.replace(fold=0).utcoffset():
+        return False
+    fields = {field.name: str(field) for field in base.fields}
+    return not any(fields[name].startswith("*") for name in ("second", "minute", "hour"))
 
 
 def missed_fire_times(

@@ -15,6 +15,6 @@ def cli() -> None:
 
 def main() -> None:
     """Entry point of the ``ecron`` console script."""
-    from ecron.cli import validate  # noqa: F401  (registers its commands)
+    from ecron.cli import client_cmds, daemon_cmds, demo, validate  # noqa: F401  (registers commands)
 
     cli()

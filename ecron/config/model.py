@@ -191,16 +191,19 @@ class TaskSpec(_Strict):
             raise ValueError(str(exc)) from None
         return value
 
-    @field_validator("schedule")
+    @field_validator("schedule", mode="before")
     @classmethod
-    def _schedule(cls, value: str | dict[str, Any], info: ValidationInfo) -> str | dict[str, Any]:
+    def _schedule(cls, value: Any, info: ValidationInfo) -> str | dict[str, Any]:
+        # "before": a value of the wrong type gets parse_schedule's one clear message
         try:
             parse_schedule(value, info.data.get("timezone", "UTC"))
         except ScheduleError as exc:
             raise ValueError(str(exc)) from None
         if isinstance(value, dict):  # keep YAML timestamps as text in the stored spec
-            return {key: v.isoformat() if isinstance(v, datetime) else v for key, v in value.items()}
-        return value
+            return {
+                key: v.isoformat() if isinstance(v, datetime) else v for key, v in value.items()
+            }
+        return str(value)  # parse_schedule accepts only a str or a dict
 
     @model_validator(mode="after")
     def _check(self) -> TaskSpec:

@@ -61,7 +61,15 @@ class Stopped:
     message: str
 
 
-Event = Reported | TriggerSent | TriggerFailed | ProbeFailed | CancelSent | Stopped
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A claimed fire time is not run after all (``reason``: overlap, paused, misfire)."""
+
+    reason: Reason
+    message: str
+
+
+Event = Reported | TriggerSent | TriggerFailed | ProbeFailed | CancelSent | Stopped | Skipped
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +115,13 @@ def apply(execution: Execution, event: Event, now: datetime) -> Transition:
         case ProbeFailed(kind, limit, message):
             return _apply_probe_failure(execution, kind, limit, message, now)
         case CancelSent():
+            if execution.cancel_sent_at is not None:
+                return Transition(execution, execution, ignored="the cancel call was already sent")
             return Transition(execution, execution.evolve(cancel_sent_at=now))
+        case Skipped(reason, message):
+            if execution.status is not Status.PENDING or execution.triggered_at is not None:
+                return Transition(execution, execution, ignored="the trigger already left")
+            return Transition(execution, _finish(execution, Status.SKIPPED, reason, message, now))
         case Stopped(status, acknowledged, message):
             after = _finish(execution, status, None, message, now)
             return Transition(execution, after.evolve(cancel_acknowledged=acknowledged))
@@ -140,7 +154,7 @@ def _apply_report(
         reason = Reason.INTERRUPTED if report.interrupted else Reason.REMOTE_FAILED
         after = _finish(execution, Status.FAILED, reason, message, now)
         if report.progress is not None:
-            after = after.evolve(progress=report.progress)
+            after = after.evolve(progress=clamp_progress(report.progress))
     after = after.evolve(probe_failures=0)
     if after == execution and channel is Channel.POLL:
         # A poll that says nothing new is not written: no row change per poll.
@@ -151,7 +165,9 @@ def _apply_report(
 def _apply_unknown(execution: Execution, channel: Channel, now: datetime) -> Transition:
     if channel is Channel.TRIGGER:
         message = "the user service does not know the execution it was just given"
-        return Transition(execution, _finish(execution, Status.FAILED, Reason.REJECTED, message, now))
+        return Transition(
+            execution, _finish(execution, Status.FAILED, Reason.REJECTED, message, now)
+        )
     if execution.status is Status.PENDING:
         # Asked after an unknown trigger outcome: it never started; the trigger is sent again.
         return Transition(execution, execution, ignored="not started at the user service")

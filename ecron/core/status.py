@@ -99,10 +99,17 @@ INTERRUPTED_REASONS: frozenset[Reason] = frozenset(
     {Reason.INTERRUPTED, Reason.UNREACHABLE, Reason.LOST}
 )
 
-#: The allowed moves. SKIPPED executions are created final and never move.
+#: The allowed moves. A PENDING execution may be SKIPPED only before its trigger leaves.
 TRANSITIONS: dict[Status, frozenset[Status]] = {
     Status.PENDING: frozenset(
-        {Status.RUNNING, Status.SUCCESS, Status.FAILED, Status.TIMED_OUT, Status.CANCELLED}
+        {
+            Status.RUNNING,
+            Status.SUCCESS,
+            Status.FAILED,
+            Status.TIMED_OUT,
+            Status.CANCELLED,
+            Status.SKIPPED,
+        }
     ),
     Status.RUNNING: frozenset({Status.SUCCESS, Status.FAILED, Status.TIMED_OUT, Status.CANCELLED}),
     **{status: frozenset() for status in FINAL},

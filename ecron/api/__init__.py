@@ -1,0 +1,1 @@
+"""The web side of ecron: REST API, callbacks, health."""

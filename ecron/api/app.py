@@ -1,0 +1,114 @@
+"""The aiohttp application: REST API under /api/v1, health at the root."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from ecron.clock import Clock
+from ecron.config.model import DaemonSettings
+from ecron.errors import Conflict, NotFound
+from ecron.executor.runner import Executor
+from ecron.scheduler import Scheduler
+from ecron.store.base import Store
+
+log = structlog.get_logger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+#: Paths that never ask for the API token.
+OPEN_PATHS = ("/healthz", "/readyz", "/metrics")
+
+
+@dataclass(slots=True)
+class ApiContext:
+    """What the handlers work with."""
+
+    store: Store
+    scheduler: Scheduler
+    executor: Executor
+    settings: DaemonSettings
+    clock: Clock
+    node_id: str
+
+
+CONTEXT = web.AppKey("ecron_context", ApiContext)
+
+
+def error(status: int, message: str, detail: Any = None) -> web.Response:
+    """A JSON error answer: ``{"error": ..., "detail": ...}``."""
+    return web.json_response({"error": message, "detail": detail}, status=status)
+
+
+def context(request: web.Request) -> ApiContext:
+    """The daemon parts behind this request."""
+    return request.app[CONTEXT]
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every error becomes JSON with the right status."""
+    try:
+        return await handler(request)
+    except NotFound as exc:
+        return error(404, str(exc))
+    except Conflict as exc:
+        return error(409, str(exc))
+    except web.HTTPException as exc:
+        if exc.content_type == "application/json":
+            raise
+        return error(
+            exc.status, exc.reason, exc.text if exc.text != f"{exc.status}: {exc.reason}" else None
+        )
+    except Exception:
+        log.exception("api_error", method=request.method, path=request.path)
+        return error(500, "internal error", "see the daemon's log")
+
+
+def auth_middleware(token: str | None) -> Any:
+    """Ask for ``Authorization: Bearer <api_token>`` when a token is configured."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if token is None or _is_open(request):
+            return await handler(request)
+        given = request.headers.get("Authorization", "")
+        scheme, _, value = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip(), token):
+            return error(
+                401, "missing or wrong API token", "send Authorization: Bearer <api_token>"
+            )
+        return await handler(request)
+
+    return middleware
+
+
+def _is_open(request: web.Request) -> bool:
+    path = request.path
+    if path in OPEN_PATHS:
+        return True
+    return (
+        request.method == "POST"
+        and path.startswith("/api/v1/executions/")
+        and path.endswith("/report")
+    )
+
+
+def make_app(ctx: ApiContext) -> web.Application:
+    """The whole web application, wired to the daemon's parts."""
+    from ecron.api import executions, health, tasks
+
+    app = web.Application(
+        middlewares=[errors_middleware, auth_middleware(ctx.settings.api_token)],
+        client_max_size=1024 * 1024,
+    )
+    app[CONTEXT] = ctx
+    app.add_routes(health.routes)
+    app.add_routes(tasks.routes)
+    app.add_routes(executions.routes)
+    return app

@@ -1,0 +1,33 @@
+"""Liveness and readiness, cheap enough to be asked every second."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from ecron.api.app import context
+
+routes = web.RouteTableDef()
+
+
+@routes.get("/healthz")
+async def healthz(request: web.Request) -> web.Response:
+    """The process is alive and serving."""
+    return web.json_response({"status": "ok", "node": context(request).node_id})
+
+
+@routes.get("/readyz")
+async def readyz(request: web.Request) -> web.Response:
+    """The database answers and the scheduler loop went round recently."""
+    ctx = context(request)
+    problems = []
+    try:
+        await ctx.store.ping()
+    except Exception as exc:
+        problems.append(f"database: {type(exc).__name__}: {exc}")
+    last = ctx.scheduler.last_tick
+    bound = max(ctx.settings.tick * 10, ctx.settings.tick + ctx.settings.lease_ttl)
+    if last is None or ctx.clock.now() - last > bound:
+        problems.append("scheduler: the loop has not gone round recently")
+    if problems:
+        return web.json_response({"status": "unready", "problems": problems}, status=503)
+    return web.json_response({"status": "ready", "node": ctx.node_id})

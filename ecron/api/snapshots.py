@@ -1,0 +1,74 @@
+"""JSON snapshots of tasks and executions, as the API and the CLI show them (DESIGN.md, "API")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ecron.clock import iso
+from ecron.core import Execution, Step
+from ecron.store.base import TaskState
+
+
+def execution_snapshot(execution: Execution) -> dict[str, Any]:
+    """Everything people need to know about one execution."""
+    return {
+        "id": execution.eid,
+        "task": execution.task,
+        "status": str(execution.status),
+        "reason": None if execution.reason is None else str(execution.reason),
+        "progress": execution.progress,
+        "message": execution.message,
+        "result": execution.result,
+        "result_truncated": execution.result_truncated,
+        "trigger_kind": str(execution.trigger_kind),
+        "attempt": execution.attempt,
+        "scheduled_at": iso(execution.scheduled_at),
+        "created_at": iso(execution.created_at),
+        "triggered_at": iso(execution.triggered_at),
+        "last_report_at": iso(execution.last_report_at),
+        "finished_at": iso(execution.finished_at),
+        "deadline": iso(execution.deadline),
+        "resume_of": execution.resume_of,
+        "resume_attempt": execution.resume_attempt,
+        "cancel_acknowledged": execution.cancel_acknowledged,
+        "probe_failures": execution.probe_failures,
+        "owner": execution.owner,
+        "steps": [step_snapshot(step) for step in execution.steps],
+    }
+
+
+def step_snapshot(step: Step) -> dict[str, Any]:
+    """One step of a multi-step execution."""
+    return {
+        "number": step.number,
+        "name": step.name,
+        "status": str(step.status),
+        "reason": None if step.reason is None else str(step.reason),
+        "progress": step.progress,
+        "message": step.message,
+        "remote_id": step.remote_id,
+        "started_at": iso(step.started_at),
+        "finished_at": iso(step.finished_at),
+    }
+
+
+def task_snapshot(task: TaskState, last: Execution | None) -> dict[str, Any]:
+    """A task's definition (secrets redacted) and where it stands."""
+    spec = task.spec
+    return {
+        "name": task.name,
+        "schedule": spec.schedule,
+        "schedule_text": spec.fire_schedule.text,
+        "timezone": spec.timezone,
+        "enabled": spec.enabled,
+        "paused": task.paused,
+        "paused_reason": task.paused_reason,
+        "retired": task.retired,
+        "next_fire_at": iso(task.next_fire_at),
+        "consecutive_failures": task.consecutive_failures,
+        "concurrency": spec.concurrency,
+        "mode": spec.mode,
+        "idempotent": spec.idempotent,
+        "steps": spec.step_names,
+        "last_execution": None if last is None else execution_snapshot(last),
+    }

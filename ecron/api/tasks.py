@@ -1,0 +1,50 @@
+"""``/api/v1/tasks``: definitions, where they stand, and running them now."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from ecron.api.app import context
+from ecron.api.snapshots import execution_snapshot, task_snapshot
+from ecron.errors import NotFound
+from ecron.store.base import TaskState
+
+routes = web.RouteTableDef()
+
+
+@routes.get("/api/v1/tasks")
+async def list_tasks(request: web.Request) -> web.Response:
+    """Every task that is not retired, by name."""
+    store = context(request).store
+    tasks = await store.list_tasks()
+    last = await store.last_executions([task.name for task in tasks])
+    return web.json_response(
+        {"items": [task_snapshot(task, last.get(task.name)) for task in tasks]}
+    )
+
+
+async def _task(request: web.Request) -> TaskState:
+    name = request.match_info["name"]
+    task = await context(request).store.get_task(name)
+    if task is None or task.retired:
+        raise NotFound(f"no task {name!r}")
+    return task
+
+
+@routes.get("/api/v1/tasks/{name}")
+async def get_task(request: web.Request) -> web.Response:
+    """One task and its last execution."""
+    task = await _task(request)
+    last = await context(request).store.last_executions([task.name])
+    return web.json_response(task_snapshot(task, last.get(task.name)))
+
+
+@routes.post("/api/v1/tasks/{name}/run")
+async def run_task(request: web.Request) -> web.Response:
+    """Start the task now: 202 and the new execution; under ``concurrency: forbid`` with one
+    active, 200 and that one (nothing new starts). The trigger leaves in the background."""
+    task = await _task(request)
+    if task.name not in context(request).scheduler.specs:
+        raise NotFound(f"task {task.name!r} is not in this node's config")
+    execution, created = await context(request).scheduler.run_now(task.name)
+    return web.json_response(execution_snapshot(execution), status=202 if created else 200)

@@ -1,0 +1,172 @@
+"""Client commands: ``tasks``, ``trigger``, ``executions``, ``show``; they talk to the REST API."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ecron.cli import cli
+from ecron.cli.client import ApiClient, ApiError
+from ecron.cli.watch import follow, status_text
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def api_options(command: F) -> F:
+    """``--api`` and ``--token``, also from ECRON_API_URL and ECRON_API_TOKEN."""
+    command = click.option(
+        "--token",
+        envvar="ECRON_API_TOKEN",
+        default=None,
+        help="API token (default: $ECRON_API_TOKEN).",
+    )(command)
+    command = click.option(
+        "--api",
+        envvar="ECRON_API_URL",
+        default="http://127.0.0.1:8080",
+        show_default=True,
+        help="Base URL of a running daemon (or $ECRON_API_URL).",
+    )(command)
+    return command
+
+
+def _client(api: str, token: str | None) -> ApiClient:
+    return ApiClient(api, token)
+
+
+def _fail(exc: ApiError) -> None:
+    raise click.ClickException(str(exc)) from exc
+
+
+@cli.command()
+@api_options
+def tasks(api: str, token: str | None) -> None:
+    """List tasks: schedule, next fire time, and how their last execution went."""
+    try:
+        items = _client(api, token).get("/api/v1/tasks")["items"]
+    except ApiError as exc:
+        _fail(exc)
+        return
+    table = Table("task", "schedule", "next fire", "state", "last execution")
+    for item in items:
+        last = item.get("last_execution")
+        state = "paused" if item["paused"] else ("disabled" if not item["enabled"] else "active")
+        table.add_row(
+            item["name"],
+            item["schedule_text"],
+            item["next_fire_at"] or "-",
+            state,
+            "-" if last is None else f"{status_text(last)} {last['id']}",
+        )
+    Console().print(table)
+
+
+@cli.command()
+@click.argument("name")
+@click.option(
+    "--wait", is_flag=True, help="Follow the execution with a progress bar until it ends."
+)
+@api_options
+def trigger(name: str, wait: bool, api: str, token: str | None) -> None:
+    """Run task NAME now. With --wait, exit 0 only if it ends SUCCESS."""
+    client = _client(api, token)
+    try:
+        status, snapshot = client.post(f"/api/v1/tasks/{name}/run")
+    except ApiError as exc:
+        _fail(exc)
+        return
+    console = Console()
+    if status == 200:
+        console.print(f"{name} is already running (concurrency: forbid): {snapshot['id']}")
+    else:
+        console.print(f"started {snapshot['id']}")
+    if not wait:
+        return
+    final = follow(client, snapshot["id"], console)
+    raise SystemExit(0 if final["status"] == "SUCCESS" else 1)
+
+
+@cli.command()
+@click.option("--task", default=None, help="Only this task's executions.")
+@click.option("--status", default=None, help="Only executions with this status.")
+@click.option("--limit", default=20, show_default=True, help="How many, newest first.")
+@api_options
+def executions(
+    task: str | None, status: str | None, limit: int, api: str, token: str | None
+) -> None:
+    """Execution history, newest first."""
+    try:
+        page = _client(api, token).get("/api/v1/executions", task=task, status=status, limit=limit)
+    except ApiError as exc:
+        _fail(exc)
+        return
+    table = Table("id", "task", "status", "progress", "scheduled", "finished", "message")
+    for item in page["items"]:
+        table.add_row(
+            item["id"],
+            item["task"],
+            status_text(item),
+            f"{item['progress']:.0f}%",
+            item["scheduled_at"],
+            item["finished_at"] or "-",
+            (item["message"] or "")[:60],
+        )
+    Console().print(table)
+    if page["next"]:
+        Console().print(f"more: --before {page['next']}", style="dim")
+
+
+@cli.command()
+@click.argument("eid")
+@click.option("--json", "as_json", is_flag=True, help="Print the raw JSON snapshot.")
+@api_options
+def show(eid: str, as_json: bool, api: str, token: str | None) -> None:
+    """Show one execution: status, progress, times, steps."""
+    try:
+        item = _client(api, token).get(f"/api/v1/executions/{eid}")
+    except ApiError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        click.echo(json.dumps(item, indent=2))
+        return
+    console = Console()
+    table = Table(show_header=False, box=None)
+    for key in (
+        "id",
+        "task",
+        "status",
+        "reason",
+        "progress",
+        "message",
+        "trigger_kind",
+        "attempt",
+        "scheduled_at",
+        "triggered_at",
+        "finished_at",
+        "deadline",
+        "resume_of",
+    ):
+        value = item.get(key)
+        if key == "status":
+            value = status_text(item)
+        table.add_row(key, "-" if value is None else str(value))
+    if item.get("result") is not None:
+        table.add_row("result", json.dumps(item["result"])[:500])
+    console.print(table)
+    if item["steps"]:
+        steps = Table("step", "name", "status", "progress", "remote id")
+        for step in item["steps"]:
+            steps.add_row(
+                str(step["number"]),
+                step["name"],
+                step["status"],
+                f"{step['progress']:.0f}%",
+                step["remote_id"],
+            )
+        console.print(steps)

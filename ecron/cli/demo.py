@@ -1,0 +1,167 @@
+"""``ecron demo``: the example service and a daemon on SQLite, printing progress as it moves."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import signal
+import sys
+import tempfile
+from contextlib import AsyncExitStack, suppress
+from pathlib import Path
+from types import ModuleType
+
+import click
+from aiohttp import web
+from rich.console import Console
+from rich.markup import escape
+
+import ecron
+from ecron.cli import cli
+from ecron.cli.watch import FINAL, status_text
+from ecron.clock import iso
+from ecron.config import Config, DaemonSettings, TaskSpec
+from ecron.core import Execution
+from ecron.durations import parse_duration
+from ecron.logs import configure
+
+
+def load_example_service() -> ModuleType:
+    """``examples/job_service.py``: from the wheel (``ecron/_examples``) or the source tree."""
+    package = Path(ecron.__file__).parent
+    for path in (
+        package / "_examples" / "job_service.py",
+        package.parent / "examples" / "job_service.py",
+    ):
+        if path.is_file() and path.stat().st_size > 100:
+            spec = importlib.util.spec_from_file_location("ecron_example_job_service", path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+            return module
+    raise click.ClickException("the example service (examples/job_service.py) is not installed")
+
+
+def demo_config(directory: Path, port: int, service_url: str, every: str, duration: str) -> Config:
+    """One task against the example service, on a SQLite file in ``directory``."""
+    settings = DaemonSettings(
+        database=f"sqlite+aiosqlite:///{directory / 'ecron-demo.db'}",
+        listen=f"127.0.0.1:{port}",
+        tick="100ms",
+        log={"format": "console", "level": "warning"},
+    )
+    spec = TaskSpec.model_validate(
+        {
+            "name": "demo",
+            "schedule": {"every": every},
+            "url": f"{service_url}/jobs/demo",
+            "body": {"duration": duration},
+            "poll_interval": "500ms",
+            "task_timeout": "2m",
+        }
+    )
+    return Config(directory=str(directory), daemon=settings, tasks={"demo": spec})
+
+
+class Printer:
+    """Prints a line whenever an execution's status or progress moves."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.seen: dict[str, tuple[str, int]] = {}
+        self.done: set[str] = set()
+
+    def show(self, execution: Execution) -> None:
+        status = str(execution.status)
+        step = int(execution.progress // 10)
+        if execution.eid in self.done or self.seen.get(execution.eid) == (status, step):
+            return
+        self.seen[execution.eid] = (status, step)
+        bar = escape("[" + "#" * step + "-" * (10 - step) + "]")
+        item = {"status": status, "reason": execution.reason}
+        self.console.print(
+            f"{iso(execution.scheduled_at)}  {execution.eid}  {bar} {execution.progress:5.1f}%  "
+            f"{status_text(item)}  {escape(execution.message or '')}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        if status in FINAL:
+            self.seen.pop(execution.eid, None)
+            self.done.add(execution.eid)
+
+
+@cli.command()
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Where to keep the SQLite file (default: a temporary directory).",
+)
+@click.option(
+    "--port", default=8080, show_default=True, help="Port of ecron's API (0: any free one)."
+)
+@click.option(
+    "--service-port", default=8081, show_default=True, help="Port of the example service."
+)
+@click.option("--every", default="10s", show_default=True, help="How often the demo task fires.")
+@click.option("--duration", default="8s", show_default=True, help="How long each job runs.")
+@click.option("--run-for", default=None, help="Stop by itself after this long (e.g. 30s).")
+def demo(
+    directory: str | None,
+    port: int,
+    service_port: int,
+    every: str,
+    duration: str,
+    run_for: str | None,
+) -> None:
+    """Run the example service and ecron together and watch executions move (Ctrl-C stops)."""
+    configure("console", "warning")
+    limit = None if run_for is None else parse_duration(run_for).total_seconds()
+    with tempfile.TemporaryDirectory(prefix="ecron-demo-") as scratch:
+        where = Path(directory) if directory else Path(scratch)
+        where.mkdir(parents=True, exist_ok=True)
+        asyncio.run(_demo(where, port, service_port, every, duration, limit))
+
+
+async def _demo(
+    where: Path, port: int, service_port: int, every: str, duration: str, limit: float | None
+) -> None:
+    from ecron.daemon import Daemon
+
+    console = Console()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with AsyncExitStack() as stack:
+        runner = web.AppRunner(load_example_service().make_app())
+        await runner.setup()
+        stack.push_async_callback(runner.cleanup)
+        site = web.TCPSite(runner, "127.0.0.1", service_port)
+        await site.start()
+        bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        service_url = f"http://127.0.0.1:{bound}"
+        config = demo_config(where, port, service_url, every, duration)
+        daemon = await stack.enter_async_context(Daemon(config))
+        console.print(
+            f"ecron demo: API http://127.0.0.1:{daemon.port}/api/v1/executions, "
+            f"example service {service_url}, database {where / 'ecron-demo.db'}",
+            soft_wrap=True,
+        )
+        console.print(
+            f"task 'demo' fires every {every} and runs about {duration}; Ctrl-C stops.\n",
+            soft_wrap=True,
+        )
+        printer = Printer(console)
+        started = loop.time()
+        while not stop.is_set():
+            page = await daemon.store.list_executions(task="demo", limit=5)
+            for execution in reversed(page.items):
+                printer.show(execution)
+            if limit is not None and loop.time() - started >= limit:
+                break
+            with suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=0.25)
+    console.print("demo stopped")

@@ -1,0 +1,25 @@
+"""The clock, passed to whatever needs time, so that tests can drive it."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+
+class Clock:
+    """Wall-clock time in UTC, and sleeping."""
+
+    def now(self) -> datetime:
+        """The current time, aware, in UTC."""
+        return datetime.now(UTC)
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` (never negative)."""
+        await asyncio.sleep(max(0.0, seconds))
+
+
+def iso(when: datetime | None) -> str | None:
+    """RFC 3339 UTC with milliseconds (``2026-12-01T03:00:00.000Z``), or None."""
+    if when is None:
+        return None
+    return when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -1,0 +1,58 @@
+"""What ``ecron validate`` prints: every problem, or each task with its next fire time."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ecron.config.loader import load_config
+from ecron.config.model import Config, TaskSpec
+from ecron.errors import ConfigError
+from ecron.schedules import ScheduleKind, next_fire_time
+
+
+def validation_report(
+    directory: str | Path, now: datetime, environ: Mapping[str, str] | None = None
+) -> tuple[int, list[str]]:
+    """Check the config directory ``directory`` as of ``now``: (exit code, lines to print).
+
+    On success the code is 0 and there is one line per task (see ``task_lines``);
+    on failure it is 1 and there is one line per problem.
+    """
+    try:
+        config = load_config(directory, environ)
+    except ConfigError as exc:
+        return 1, [" ".join(problem.split("\n")) for problem in exc.problems]
+    return 0, task_lines(config, now)
+
+
+def task_lines(config: Config, now: datetime) -> list[str]:
+    """One aligned line per task: name, schedule, next fire time after ``now``, disabled mark.
+
+    The next fire time is RFC 3339 UTC, or ``-`` when the schedule has none of
+    its own (``manual``; ``after``, which first fires when loaded) or the task
+    is disabled.
+    """
+    if not config.tasks:
+        return [f"{config.directory}: no tasks are defined (add them to tasks/*.yaml)."]
+    rows = [
+        (task.name, task.fire_schedule.text, _next(task, now)) for task in config.tasks.values()
+    ]
+    name_width = max(len(name) for name, _, _ in rows)
+    text_width = max(len(text) for _, text, _ in rows)
+    lines = []
+    for (name, text, when), task in zip(rows, config.tasks.values(), strict=True):
+        mark = "" if task.enabled else "  (disabled)"
+        lines.append(f"{name:<{name_width}}  {text:<{text_width}}  next: {when}{mark}")
+    return lines
+
+
+def _next(task: TaskSpec, now: datetime) -> str:
+    schedule = task.fire_schedule
+    if not task.enabled or schedule.kind in (ScheduleKind.MANUAL, ScheduleKind.AFTER):
+        return "-"
+    when = next_fire_time(schedule, None, now)
+    if when is None:
+        return "-"
+    return when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

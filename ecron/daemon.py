@@ -1,0 +1,220 @@
+"""The daemon: wires store, executor, scheduler and API together, and takes them down cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import signal
+import socket
+from collections.abc import Callable
+from contextlib import AsyncExitStack, suppress
+from datetime import datetime
+from types import TracebackType
+
+import aiohttp
+import structlog
+from aiohttp import web
+
+from ecron.api.app import ApiContext, make_app
+from ecron.clock import Clock
+from ecron.config.model import Config, TaskSpec
+from ecron.core import Execution
+from ecron.executor.http import HttpCaller
+from ecron.executor.runner import Executor
+from ecron.scheduler import Scheduler
+from ecron.store.lock import cluster_lock
+from ecron.store.migrate import upgrade
+from ecron.store.sql import SqlStore
+from ecron.store.writer import StateWriter
+
+log = structlog.get_logger(__name__)
+
+#: How long a stopping daemon lets triggers and cancels in progress finish.
+SHUTDOWN_GRACE = 5.0
+
+
+def resolve_node_id(node_id: str) -> str:
+    """``auto`` becomes an id unique to this process: host, pid and a random suffix."""
+    if node_id != "auto":
+        return node_id
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+class Daemon:
+    """One ecron node. ``async with Daemon(config) as daemon:`` runs it; leaving stops it."""
+
+    def __init__(self, config: Config, *, clock: Clock | None = None) -> None:
+        self.config = config
+        self.settings = config.daemon
+        self.clock = clock or Clock()
+        self.node_id = resolve_node_id(self.settings.node_id)
+        self.specs: dict[str, TaskSpec] = dict(config.tasks)
+        self._stack = AsyncExitStack()
+        self._loops: list[asyncio.Task[None]] = []
+        self.port: int | None = None
+
+    async def __aenter__(self) -> Daemon:
+        try:
+            await self._start()
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    async def _start(self) -> None:
+        settings = self.settings
+        self.store = SqlStore.open(settings.database)
+        self._stack.push_async_callback(self.store.close)
+        before, after = await upgrade(self.store.engines)
+        if before != after:
+            log.info("database_migrated", before=before, after=after)
+        await self._sync_tasks(self.clock.now())
+        secret = settings.secret or await self.store.shared_secret(secrets.token_hex(32))
+        connector = aiohttp.TCPConnector(limit=max(100, settings.poll_workers * 2))
+        session = aiohttp.ClientSession(connector=connector)
+        self._stack.push_async_callback(session.close)
+        self.writer = StateWriter(self.store)
+        caller = HttpCaller(session, public_url=settings.public_url, callback_secret=secret)
+        self.executor = Executor(
+            store=self.store,
+            writer=self.writer,
+            caller=caller,
+            clock=self.clock,
+            specs=self.specs,
+            workers=settings.poll_workers,
+            on_finished=self._finished,
+        )
+        self.scheduler = Scheduler(
+            store=self.store,
+            executor=self.executor,
+            clock=self.clock,
+            settings=settings,
+            node_id=self.node_id,
+            specs=self.specs,
+        )
+        await self.store.heartbeat(
+            self.node_id, self.clock.now(), host=socket.gethostname(), pid=os.getpid()
+        )
+        await self._serve_api()
+        self._loops = [
+            asyncio.create_task(self.executor.run(), name="ecron-executor"),
+            asyncio.create_task(self.scheduler.run(), name="ecron-scheduler"),
+            asyncio.create_task(self._keep_alive(), name="ecron-keep-alive"),
+        ]
+        log.info(
+            "daemon_started",
+            node=self.node_id,
+            listen=settings.listen,
+            port=self.port,
+            tasks=len(self.specs),
+        )
+
+    async def _serve_api(self) -> None:
+        ctx = ApiContext(
+            store=self.store,
+            scheduler=self.scheduler,
+            executor=self.executor,
+            settings=self.settings,
+            clock=self.clock,
+            node_id=self.node_id,
+        )
+        runner = web.AppRunner(make_app(ctx), access_log=None)
+        await runner.setup()
+        self._stack.push_async_callback(runner.cleanup)
+        host, port = self.settings.host_port
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else port
+
+    async def _sync_tasks(self, now: datetime) -> None:
+        async with cluster_lock(self.store.engines, "sync"):
+            result = await self.store.sync_tasks(self.specs, now)
+        if result.added or result.updated or result.retired:
+            log.info(
+                "tasks_synced", added=result.added, updated=result.updated, retired=result.retired
+            )
+
+    async def _finished(self, execution: Execution) -> None:
+        await self.scheduler.finished(execution)
+
+    async def _keep_alive(self) -> None:
+        """Heartbeat and lease renewal at half the lease TTL; a lease not renewed is let go."""
+        interval = self.settings.lease_ttl.total_seconds() / 2
+        while True:
+            await asyncio.sleep(interval)
+            now = self.clock.now()
+            try:
+                await self.store.heartbeat(self.node_id, now)
+                held = list(self.executor.inflight)
+                renewed = await self.store.renew_leases(
+                    self.node_id, held, now + self.settings.lease_ttl
+                )
+            except Exception:
+                log.exception("lease_renewal_failed")
+                continue
+            for eid in set(held) - renewed:
+                log.warning("lease_lost", execution_id=eid)
+                self.executor.forget(eid)
+
+    async def reload(self, config: Config) -> None:
+        """Take new task definitions (SIGHUP): the database follows, running work goes on."""
+        self.specs.clear()
+        self.specs.update(config.tasks)
+        await self._sync_tasks(self.clock.now())
+        self.scheduler.wake()
+
+    async def stop(self) -> None:
+        """Stop claiming, let calls in progress finish briefly, hand leases back, close."""
+        if hasattr(self, "scheduler"):
+            self.scheduler.claiming = False
+        for loop in self._loops:
+            if loop.get_name() == "ecron-scheduler":
+                loop.cancel()
+        if hasattr(self, "executor"):
+            await self.executor.drain(SHUTDOWN_GRACE)
+        for loop in self._loops:
+            loop.cancel()
+        for loop in self._loops:
+            with suppress(asyncio.CancelledError):
+                await loop
+        self._loops = []
+        if hasattr(self, "executor"):
+            held = list(self.executor.inflight)
+            with suppress(Exception):
+                await self.store.release_leases(self.node_id, held)
+                await self.store.remove_node(self.node_id)
+            log.info("daemon_stopped", node=self.node_id, released=len(held))
+        await self._stack.aclose()
+
+
+async def run_until_signalled(config: Config, reload: Callable[[], Config] | None = None) -> None:
+    """Run a daemon until SIGTERM or SIGINT; SIGHUP calls ``reload`` for a new config."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    async with Daemon(config) as daemon:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        if reload is not None:
+            loop.add_signal_handler(
+                signal.SIGHUP, lambda: asyncio.ensure_future(_reload(daemon, reload))
+            )
+        await stop.wait()
+        log.info("daemon_stopping", node=daemon.node_id)
+
+
+async def _reload(daemon: Daemon, load: Callable[[], Config]) -> None:
+    try:
+        config = load()
+    except Exception as exc:
+        log.error("reload_failed", error=str(exc))
+        return
+    await daemon.reload(config)
+    log.info("tasks_reloaded", tasks=len(daemon.specs))

@@ -1,0 +1,235 @@
+"""The three calls of the protocol (trigger, poll, cancel) and how each answer is read.
+
+One aiohttp session serves every call. Bodies are read with a size cap, so a
+misbehaving service can cost at most ``BODY_LIMIT`` bytes per call.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from email.utils import parsedate_to_datetime
+from enum import StrEnum
+from urllib.parse import quote
+
+import aiohttp
+from yarl import URL
+
+from ecron.clock import iso
+from ecron.config.model import CallSettings
+from ecron.core import InvalidReport, RemoteStatus, Report, parse_report
+from ecron.signing import callback_token, signature
+
+#: The most of a response body ecron reads; a larger one is a protocol error.
+BODY_LIMIT = 1024 * 1024
+
+
+class OutcomeKind(StrEnum):
+    """How an HTTP call ended (PROTOCOL.md, "How ecron reads each outcome")."""
+
+    #: 2xx with a valid report whose status is RUNNING, SUCCESS or FAILED.
+    REPORT = "report"
+    #: 404, or a valid report saying UNKNOWN.
+    UNKNOWN = "unknown"
+    #: Another 4xx (not 408 or 429), or a redirect: the task is misconfigured.
+    REJECTED = "rejected"
+    #: 408, 429 or 5xx: worth trying again.
+    TRANSIENT = "transient"
+    #: Nothing was sent: connection refused, name not resolved, connect timeout.
+    UNSENT = "unsent"
+    #: Sent, but no answer came back: timeout or reset after sending.
+    NO_ANSWER = "no_answer"
+    #: 2xx without a valid report (or a body over the size cap).
+    BAD_REPORT = "bad_report"
+
+
+@dataclass(frozen=True, slots=True)
+class CallOutcome:
+    """The result of one HTTP call."""
+
+    kind: OutcomeKind
+    report: Report | None = None
+    http_status: int | None = None
+    #: Seconds the service asked us to wait (``Retry-After`` on 429/503).
+    retry_after: float | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CallContext:
+    """What a call is about: the ids and times that go into the ``X-Ecron-*`` headers."""
+
+    remote_id: str
+    eid: str
+    task: str
+    scheduled_at: datetime
+    deadline: datetime | None
+    attempt: int
+    resume_of: str | None = None
+    step_name: str | None = None
+    step_number: int | None = None
+
+
+def default_target(url: str, remote_id: str) -> URL:
+    """``url`` with ``/<remote id>`` appended to its path; the query string is kept."""
+    base = URL(url)
+    path = base.raw_path.rstrip("/") + "/" + quote(remote_id, safe="")
+    return base.with_path(path, encoded=True).with_query(base.raw_query_string)
+
+
+def expand(template: str | None, call: CallSettings, ctx: CallContext) -> URL:
+    """The poll or cancel URL: the template filled in, or the default."""
+    if template is None:
+        return default_target(call.url, ctx.remote_id)
+    text = template.format(
+        url=call.url, execution_id=quote(ctx.remote_id, safe=""), task=quote(ctx.task, safe="")
+    )
+    return URL(text, encoded=True)
+
+
+class HttpCaller:
+    """Makes the protocol's calls over one shared session."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        *,
+        public_url: str | None,
+        callback_secret: str,
+        body_limit: int = BODY_LIMIT,
+    ) -> None:
+        self.session = session
+        self.public_url = public_url.rstrip("/") if public_url else None
+        self.callback_secret = callback_secret
+        self.body_limit = body_limit
+
+    async def trigger(self, call: CallSettings, ctx: CallContext) -> CallOutcome:
+        """``POST {url}`` with the task's body as JSON."""
+        body = json.dumps({} if call.body is None else call.body).encode()
+        return await self._request("POST", URL(call.url), call, ctx, body)
+
+    async def poll(self, call: CallSettings, ctx: CallContext) -> CallOutcome:
+        """``GET {poll_url}``."""
+        return await self._request("GET", expand(call.poll_url, call, ctx), call, ctx, b"")
+
+    async def cancel(self, call: CallSettings, ctx: CallContext) -> CallOutcome:
+        """``DELETE {cancel_url}``."""
+        return await self._request("DELETE", expand(call.cancel_url, call, ctx), call, ctx, b"")
+
+    def headers(
+        self, method: str, url: URL, call: CallSettings, ctx: CallContext, body: bytes
+    ) -> dict[str, str]:
+        """Every header of one call: the task's own, then the protocol's (which win)."""
+        headers = dict(call.headers)
+        headers.update(
+            {
+                "X-Ecron-Execution-Id": ctx.remote_id,
+                "X-Ecron-Task": ctx.task,
+                "X-Ecron-Scheduled-At": iso(ctx.scheduled_at) or "",
+                "X-Ecron-Attempt": str(ctx.attempt),
+            }
+        )
+        if ctx.deadline is not None:
+            headers["X-Ecron-Deadline"] = iso(ctx.deadline) or ""
+        if ctx.resume_of is not None:
+            headers["X-Ecron-Resume-Of"] = ctx.resume_of
+        if ctx.step_number is not None:
+            headers["X-Ecron-Step"] = ctx.step_name or ""
+            headers["X-Ecron-Step-Number"] = str(ctx.step_number)
+            headers["X-Ecron-Parent-Execution-Id"] = ctx.eid
+        if self.public_url is not None:
+            report_path = f"/api/v1/executions/{quote(ctx.remote_id, safe='')}/report"
+            headers["X-Ecron-Callback-Url"] = self.public_url + report_path
+            headers["X-Ecron-Callback-Token"] = callback_token(self.callback_secret, ctx.remote_id)
+        if method == "POST":
+            headers["Content-Type"] = "application/json"
+        if call.secret:
+            headers["X-Ecron-Signature"] = signature(
+                call.secret, method, url.raw_path_qs, body, int(time.time())
+            )
+        return headers
+
+    async def _request(
+        self, method: str, url: URL, call: CallSettings, ctx: CallContext, body: bytes
+    ) -> CallOutcome:
+        headers = self.headers(method, url, call, ctx, body)
+        seconds = call.request_timeout.total_seconds()
+        timeout = aiohttp.ClientTimeout(total=seconds, sock_connect=seconds)
+        try:
+            async with self.session.request(
+                method,
+                url,
+                data=body or None,
+                headers=headers,
+                timeout=timeout,
+                allow_redirects=False,
+            ) as response:
+                content, too_big = await _read_capped(response, self.body_limit)
+                return classify(response.status, content, too_big, response.headers)
+        except aiohttp.ConnectionTimeoutError as exc:
+            return CallOutcome(OutcomeKind.UNSENT, detail=f"connect timed out: {exc}")
+        except aiohttp.ClientConnectorError as exc:
+            return CallOutcome(OutcomeKind.UNSENT, detail=f"could not connect: {exc}")
+        except TimeoutError:
+            return CallOutcome(OutcomeKind.NO_ANSWER, detail=f"no answer within {seconds:g}s")
+        except aiohttp.ClientError as exc:
+            return CallOutcome(OutcomeKind.NO_ANSWER, detail=f"{type(exc).__name__}: {exc}")
+
+
+async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
+    """The body, or ``(first bytes, True)`` when it is longer than ``limit``."""
+    if response.content_length is not None and response.content_length > limit:
+        return b"", True
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            return b"", True
+        chunks.append(chunk)
+    return b"".join(chunks), False
+
+
+def classify(
+    status: int, content: bytes, too_big: bool, headers: Mapping[str, str] | None = None
+) -> CallOutcome:
+    """Read an HTTP answer as PROTOCOL.md's table says."""
+    if 200 <= status < 300:
+        if too_big:
+            return CallOutcome(
+                OutcomeKind.BAD_REPORT, http_status=status, detail=f"body over {BODY_LIMIT} bytes"
+            )
+        try:
+            report = parse_report(json.loads(content))
+        except (ValueError, InvalidReport) as exc:
+            return CallOutcome(OutcomeKind.BAD_REPORT, http_status=status, detail=str(exc)[:200])
+        kind = OutcomeKind.UNKNOWN if report.status is RemoteStatus.UNKNOWN else OutcomeKind.REPORT
+        return CallOutcome(kind, report=report, http_status=status)
+    if status == 404:
+        return CallOutcome(OutcomeKind.UNKNOWN, http_status=status, detail="404 Not Found")
+    if status in (408, 429) or status >= 500:
+        retry_after = _retry_after(headers) if status in (429, 503) else None
+        return CallOutcome(
+            OutcomeKind.TRANSIENT,
+            http_status=status,
+            retry_after=retry_after,
+            detail=f"HTTP {status}",
+        )
+    return CallOutcome(OutcomeKind.REJECTED, http_status=status, detail=f"HTTP {status}")
+
+
+def _retry_after(headers: Mapping[str, str] | None) -> float | None:
+    value = None if headers is None else headers.get("Retry-After")
+    if not value:
+        return None
+    text = str(value).strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())

@@ -1,0 +1,108 @@
+"""Engines and transactions, with every SQLite/PostgreSQL difference decided here, once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from ecron.errors import StoreError
+
+#: How long a SQLite connection waits for another writer before giving up.
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """What the backend can do, checked once at start-up."""
+
+    name: str
+    #: ``FOR UPDATE SKIP LOCKED`` exists (PostgreSQL); on SQLite writers are serialised instead.
+    skip_locked: bool
+    #: Path of the database file (SQLite), for the file lock.
+    path: Path | None
+
+
+class Engines:
+    """A reading and a writing engine (the same one on PostgreSQL).
+
+    On SQLite, write transactions start with ``BEGIN IMMEDIATE`` so that two
+    processes on one file serialise instead of deadlocking, and writers in
+    this process queue on an asyncio lock rather than on the file's busy wait.
+    """
+
+    def __init__(self, url: str, *, pool_size: int = 10) -> None:
+        parsed = make_url(url)
+        if parsed.drivername == "sqlite+aiosqlite":
+            database = parsed.database or ""
+            path = None if database in ("", ":memory:") else Path(database)
+            if path is None:
+                raise StoreError(
+                    f"database {url!r}: use a SQLite file; an in-memory database cannot be shared"
+                )
+            self.dialect = Dialect("sqlite", skip_locked=False, path=path)
+            self.reader = _sqlite_engine(url, immediate=False)
+            self.writer = _sqlite_engine(url, immediate=True)
+            self._write_lock: asyncio.Lock | None = asyncio.Lock()
+        elif parsed.drivername == "postgresql+asyncpg":
+            self.dialect = Dialect("postgresql", skip_locked=True, path=None)
+            engine = create_async_engine(
+                url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
+            )
+            self.reader = self.writer = engine
+            self._write_lock = None
+        else:
+            raise StoreError(
+                f"database {url!r}: use sqlite+aiosqlite:///FILE or postgresql+asyncpg://..."
+            )
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[AsyncConnection]:
+        """A write transaction: committed on success, rolled back on error."""
+        if self._write_lock is None:
+            async with self.writer.begin() as conn:
+                yield conn
+            return
+        async with self._write_lock, self.writer.begin() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncConnection]:
+        """A read-only transaction."""
+        async with self.reader.connect() as conn:
+            yield conn
+
+    async def dispose(self) -> None:
+        """Close every pooled connection."""
+        await self.reader.dispose()
+        if self.writer is not self.reader:
+            await self.writer.dispose()
+
+
+def _sqlite_engine(url: str, *, immediate: bool) -> AsyncEngine:
+    engine = create_async_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+    begin = "BEGIN IMMEDIATE" if immediate else "BEGIN"
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take BEGIN out of the driver's hands so that it is emitted exactly when we say.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql(begin)
+
+    return engine

@@ -1,0 +1,161 @@
+"""The database tables (SQLModel). Rows stay in ``store``; the rest of ecron sees domain objects."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+from sqlmodel import Field, SQLModel
+
+
+class UTCDateTime(sa.types.TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime on every backend (SQLite stores it naive, in UTC)."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: ecron stores aware UTC times only")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+#: Statuses that count as active, for partial indexes (kept in step with core.ACTIVE).
+_ACTIVE_SQL = "status IN ('PENDING', 'RUNNING')"
+
+
+class TaskRow(SQLModel, table=True):
+    """A task as the scheduler sees it: its spec and where its schedule stands."""
+
+    __tablename__: ClassVar[str] = "task"
+    __table_args__ = (sa.Index("ix_task_due", "next_fire_at"),)
+
+    name: str = Field(primary_key=True, max_length=200)
+    spec: dict[str, Any] = Field(sa_type=sa.JSON)
+    spec_hash: str = Field(max_length=64)
+    schedule_text: str = Field(max_length=400)
+    next_fire_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    #: The previous execution's end, for ``after`` schedules.
+    last_end_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    enabled: bool = True
+    paused: bool = False
+    paused_reason: str | None = Field(default=None, sa_type=sa.Text)
+    consecutive_failures: int = 0
+    retired: bool = False
+    version: int = 1
+    created_at: datetime = Field(sa_type=UTCDateTime)
+    updated_at: datetime = Field(sa_type=UTCDateTime)
+
+
+class ExecutionRow(SQLModel, table=True):
+    """One run of a task. The unique key makes a fire time impossible to run twice."""
+
+    __tablename__: ClassVar[str] = "execution"
+    __table_args__ = (
+        sa.UniqueConstraint(
+            "task", "scheduled_at", "attempt", "resume_attempt", name="uq_execution_fire"
+        ),
+        sa.UniqueConstraint("resume_of", name="uq_execution_resume_of"),
+        sa.Index("ix_execution_task_eid", "task", "eid"),
+        sa.Index("ix_execution_status_eid", "status", "eid"),
+        sa.Index(
+            "ix_execution_runnable",
+            "lease_until",
+            sqlite_where=sa.text(_ACTIVE_SQL),
+            postgresql_where=sa.text(_ACTIVE_SQL),
+        ),
+        sa.Index(
+            "ix_execution_active_task",
+            "task",
+            sqlite_where=sa.text(_ACTIVE_SQL),
+            postgresql_where=sa.text(_ACTIVE_SQL),
+        ),
+    )
+
+    eid: str = Field(primary_key=True, max_length=48)
+    task: str = Field(max_length=200)
+    scheduled_at: datetime = Field(sa_type=UTCDateTime)
+    trigger_kind: str = Field(max_length=16)
+    attempt: int = 1
+    resume_attempt: int = 0
+    resume_of: str | None = Field(default=None, max_length=48)
+    status: str = Field(max_length=16)
+    reason: str | None = Field(default=None, max_length=32)
+    progress: float = 0.0
+    message: str | None = Field(default=None, sa_type=sa.Text)
+    result: Any = Field(default=None, sa_type=sa.JSON(none_as_null=True), nullable=True)
+    result_truncated: bool = False
+    created_at: datetime = Field(sa_type=UTCDateTime)
+    triggered_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    last_report_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    finished_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    deadline: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    next_poll_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    probe_failures: int = 0
+    cancel_sent_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    cancel_acknowledged: bool | None = None
+    owner: str | None = Field(default=None, max_length=200)
+    lease_until: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    #: Raised on every claim: a write under an older fence is refused.
+    fence: int = 0
+    #: Raised on every write: compare-and-set against concurrent writers.
+    version: int = 0
+
+
+class ExecutionStepRow(SQLModel, table=True):
+    """One step of a multi-step execution."""
+
+    __tablename__: ClassVar[str] = "execution_step"
+    __table_args__ = (sa.UniqueConstraint("remote_id", name="uq_execution_step_remote_id"),)
+
+    eid: str = Field(primary_key=True, max_length=48)
+    number: int = Field(primary_key=True)
+    name: str = Field(max_length=200)
+    remote_id: str = Field(max_length=64)
+    status: str = Field(max_length=16)
+    reason: str | None = Field(default=None, max_length=32)
+    progress: float = 0.0
+    message: str | None = Field(default=None, sa_type=sa.Text)
+    started_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    finished_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+
+
+class NodeRow(SQLModel, table=True):
+    """A running ecron process, known by its heartbeat."""
+
+    __tablename__: ClassVar[str] = "node"
+    __table_args__ = (sa.Index("ix_node_heartbeat", "heartbeat_at"),)
+
+    node_id: str = Field(primary_key=True, max_length=200)
+    started_at: datetime = Field(sa_type=UTCDateTime)
+    heartbeat_at: datetime = Field(sa_type=UTCDateTime)
+    host: str = Field(default="", max_length=200)
+    pid: int = 0
+    version: str = Field(default="", max_length=32)
+
+
+class SettingRow(SQLModel, table=True):
+    """Values the cluster shares, such as the generated callback secret."""
+
+    __tablename__: ClassVar[str] = "setting"
+
+    key: str = Field(primary_key=True, max_length=100)
+    value: str = Field(sa_type=sa.Text)
+
+
+metadata = SQLModel.metadata
+task_table: sa.Table = TaskRow.__table__  # type: ignore[attr-defined]
+execution_table: sa.Table = ExecutionRow.__table__  # type: ignore[attr-defined]
+step_table: sa.Table = ExecutionStepRow.__table__  # type: ignore[attr-defined]
+node_table: sa.Table = NodeRow.__table__  # type: ignore[attr-defined]
+setting_table: sa.Table = SettingRow.__table__  # type: ignore[attr-defined]

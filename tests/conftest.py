@@ -1,0 +1,114 @@
+"""Shared fixtures: databases (SQLite and PostgreSQL from one parametrised fixture), a real
+user service on 127.0.0.1, and a daemon factory."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from ecron.config.model import Config, DaemonSettings, TaskSpec
+from ecron.daemon import Daemon
+from ecron.store.engine import Engines
+from ecron.store.migrate import upgrade
+from ecron.store.sql import SqlStore
+from tests.support.postgres import PostgresServer, start_server, unavailable
+from tests.support.service import UserService
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> PostgresServer:
+    """One PostgreSQL server for the whole session (skips locally, fails in CI, if none)."""
+    server, why = start_server()
+    if server is None:
+        unavailable(why)
+    assert server is not None
+    server.prepare_template()
+    return server
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, migrated database: a SQLite file, or a PostgreSQL database."""
+    if request.param == "sqlite":
+        url = f"sqlite+aiosqlite:///{tmp_path / 'ecron.db'}"
+        import asyncio
+
+        async def migrate() -> None:
+            engines = Engines(url)
+            try:
+                await upgrade(engines)
+            finally:
+                await engines.dispose()
+
+        asyncio.run(migrate())
+        yield url
+        return
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    url = server.new_database()
+    yield url
+    server.drop_database(url)
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[SqlStore]:
+    """A store on the fresh database; no connection may be left checked out at the end."""
+    store = SqlStore.open(database_url)
+    yield store
+    for engine in {store.engines.reader, store.engines.writer}:
+        assert engine.pool.checkedout() == 0, "a connection was left checked out"  # type: ignore[attr-defined]
+    await store.close()
+
+
+@pytest.fixture
+async def user_service() -> AsyncIterator[UserService]:
+    """A real user service on 127.0.0.1 serving ``/jobs/{kind}`` (trigger) and
+    ``/jobs/{kind}/{eid}`` (poll, cancel)."""
+    service = UserService()
+    runner = web.AppRunner(service.app())
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    service.url = f"http://127.0.0.1:{port}"
+    yield service
+    await runner.cleanup()
+
+
+def task(name: str, url: str, **keys: Any) -> TaskSpec:
+    """A task spec with short test-friendly defaults."""
+    values: dict[str, Any] = {
+        "name": name,
+        "schedule": "manual",
+        "url": url,
+        "poll_interval": "100ms",
+    }
+    values.update(keys)
+    return TaskSpec.model_validate(values)
+
+
+DaemonFactory = Callable[..., AbstractAsyncContextManager[Daemon]]
+
+
+@pytest.fixture
+def make_daemon(database_url: str, tmp_path: Path) -> DaemonFactory:
+    """``async with make_daemon(tasks, **settings) as daemon``: a daemon on the test database,
+    its API on a free port of 127.0.0.1."""
+
+    @asynccontextmanager
+    async def factory(tasks: list[TaskSpec], **settings: Any) -> AsyncIterator[Daemon]:
+        values: dict[str, Any] = {"database": database_url, "listen": "127.0.0.1:0", "tick": "50ms"}
+        values.update(settings)
+        config = Config(
+            directory=str(tmp_path),
+            daemon=DaemonSettings.model_validate(values),
+            tasks={spec.name: spec for spec in tasks},
+        )
+        async with Daemon(config) as daemon:
+            yield daemon
+
+    return factory

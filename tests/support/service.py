@@ -1,0 +1,115 @@
+"""A real user service on 127.0.0.1 for the tests: it records every call and can be told,
+per execution, how to behave. Each job runs for ``duration`` seconds of real time."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+Behaviour = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
+
+
+@dataclass(frozen=True)
+class Call:
+    """One request the service received."""
+
+    method: str
+    path: str
+    eid: str
+    headers: dict[str, str]
+    body: bytes
+    at: float
+
+
+@dataclass
+class Job:
+    """One execution as the service knows it."""
+
+    eid: str
+    started: float
+    duration: float
+    fail: bool = False
+    cancelled: bool = False
+
+    def report(self, now: float) -> dict[str, Any]:
+        if self.cancelled:
+            return {"status": "FAILED", "message": "cancelled"}
+        elapsed = now - self.started
+        if elapsed >= self.duration:
+            if self.fail:
+                return {"status": "FAILED", "message": "the job failed"}
+            return {"status": "SUCCESS", "progress": 100, "result": {"eid": self.eid}}
+        progress = round(100 * elapsed / self.duration, 1)
+        return {"status": "RUNNING", "progress": progress, "message": f"{progress}%"}
+
+
+@dataclass
+class UserService:
+    """The service's state, readable by tests."""
+
+    duration: float = 0.5
+    calls: list[Call] = field(default_factory=list)
+    jobs: dict[str, Job] = field(default_factory=dict)
+    #: Runs before the normal handling; answering something overrides it.
+    behaviour: Behaviour | None = None
+    trigger_delay: float = 0.0
+    url: str = ""
+
+    def calls_for(self, eid: str, method: str | None = None) -> list[Call]:
+        """Calls about ``eid`` (optionally of one method), in order."""
+        return [c for c in self.calls if c.eid == eid and (method is None or c.method == method)]
+
+    def methods_for(self, eid: str) -> list[str]:
+        """The sequence of methods received about ``eid``."""
+        return [c.method for c in self.calls_for(eid)]
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_route("*", "/jobs/{kind}", self._handle)
+        app.router.add_route("*", "/jobs/{kind}/{eid}", self._handle)
+        return app
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        eid = request.match_info.get("eid") or request.headers.get("X-Ecron-Execution-Id", "")
+        self.calls.append(
+            Call(
+                request.method, request.path_qs, eid, dict(request.headers), body, time.monotonic()
+            )
+        )
+        if self.behaviour is not None:
+            answer = await self.behaviour(request)
+            if answer is not None:
+                return answer
+        if request.method == "POST":
+            if self.trigger_delay:
+                await asyncio.sleep(self.trigger_delay)
+            job = self.jobs.setdefault(eid, Job(eid, time.monotonic(), self.duration))
+            return web.json_response(job.report(time.monotonic()))
+        job = self.jobs.get(eid)
+        if job is None:
+            return web.json_response({"status": "UNKNOWN"}, status=404)
+        if request.method == "DELETE":
+            job.cancelled = True
+        return web.json_response(job.report(time.monotonic()))
+
+
+async def wait_for(
+    predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02
+) -> Any:
+    """Wait until ``predicate()`` is truthy (and return it), or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(interval)

@@ -1,0 +1,285 @@
+"""The daemon end to end: a real user service on 127.0.0.1, the API, SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from ecron.core import Status
+from ecron.daemon import Daemon
+from tests.conftest import DaemonFactory, task
+from tests.support.service import UserService, wait_for
+
+PROTOCOL_HEADERS = {
+    "X-Ecron-Execution-Id",
+    "X-Ecron-Task",
+    "X-Ecron-Scheduled-At",
+    "X-Ecron-Deadline",
+    "X-Ecron-Attempt",
+}
+
+
+async def api(daemon: Daemon, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.request(method, f"http://127.0.0.1:{daemon.port}{path}", **kwargs) as response,
+    ):
+        return response.status, await response.json()
+
+
+def ecron_tasks() -> int:
+    """How many asyncio tasks ecron itself runs (they are all named ``ecron-...``)."""
+    return sum(1 for t in asyncio.all_tasks() if t.get_name().startswith("ecron-"))
+
+
+async def final(daemon: Daemon, eid: str, timeout: float = 10.0) -> dict[str, Any]:
+    """Wait until execution ``eid`` is final; its snapshot."""
+
+    async def done() -> dict[str, Any] | None:
+        _, snapshot = await api(daemon, "GET", f"/api/v1/executions/{eid}")
+        return snapshot if snapshot["finished_at"] else None
+
+    result: dict[str, Any] = await wait_for(done, timeout=timeout)
+    return result
+
+
+async def test_a_scheduled_task_is_triggered_polled_to_success_and_stored(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """An {every: 1s} task fires on its own: one POST with every protocol header, GETs
+    with rising progress, then SUCCESS with progress 100 and the result stored."""
+    user_service.duration = 0.6
+    spec = task("every", f"{user_service.url}/jobs/report", schedule={"every": "1s"})
+    async with make_daemon([spec]) as daemon:
+        first = await wait_for(lambda: user_service.calls and user_service.calls[0], timeout=5)
+        snapshot = await final(daemon, first.eid)
+        seen_progress = [e.progress for e in [await daemon.store.get_execution(first.eid)]]
+    assert snapshot["status"] == "SUCCESS"
+    assert snapshot["progress"] == 100
+    assert snapshot["result"] == {"eid": first.eid}
+    assert snapshot["trigger_kind"] == "schedule"
+    assert snapshot["scheduled_at"].endswith("Z") and snapshot["triggered_at"] is not None
+    assert set(first.headers) >= PROTOCOL_HEADERS
+    assert first.method == "POST" and first.headers["X-Ecron-Attempt"] == "1"
+    assert first.headers["X-Ecron-Scheduled-At"] == snapshot["scheduled_at"]
+    assert first.headers["X-Ecron-Deadline"] == snapshot["deadline"]
+    methods = user_service.methods_for(first.eid)
+    assert methods[0] == "POST" and methods.count("POST") == 1
+    assert methods.count("GET") >= 2
+    assert seen_progress == [100.0]
+
+
+async def test_progress_and_message_are_stored_while_the_execution_runs(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """While RUNNING, the stored execution shows the service's latest progress and message."""
+    user_service.duration = 1.5
+    spec = task("slow", f"{user_service.url}/jobs/report")
+    async with make_daemon([spec]) as daemon:
+        status, started = await api(daemon, "POST", "/api/v1/tasks/slow/run")
+        assert status == 202
+        eid = started["id"]
+
+        async def midway() -> bool:
+            e = await daemon.store.get_execution(eid)
+            return e is not None and e.status is Status.RUNNING and 20 < e.progress < 100
+
+        await wait_for(midway, timeout=5)
+        running = await daemon.store.get_execution(eid)
+        assert running is not None and running.message == f"{running.progress}%"
+        await final(daemon, eid)
+
+
+async def test_the_run_endpoint_answers_at_once_while_the_trigger_is_still_unanswered(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """POST /run answers 202 with a PENDING snapshot before the user service has answered
+    the trigger; the trigger goes on in the background and the execution then succeeds."""
+    release = asyncio.Event()
+
+    async def hold_trigger(request: web.Request) -> None:
+        if request.method == "POST":
+            await release.wait()
+        return None
+
+    user_service.behaviour = hold_trigger
+    user_service.duration = 0.2
+    async with make_daemon([task("held", f"{user_service.url}/jobs/x")]) as daemon:
+        status, snapshot = await api(daemon, "POST", "/api/v1/tasks/held/run")
+        assert status == 202
+        assert snapshot["status"] == "PENDING" and snapshot["trigger_kind"] == "manual"
+        await wait_for(lambda: user_service.calls_for(snapshot["id"], "POST"), timeout=5)
+        assert not release.is_set()  # the answer above came while the trigger was held
+        release.set()
+        done = await final(daemon, snapshot["id"])
+    assert done["status"] == "SUCCESS"
+
+
+async def test_a_manual_run_of_a_forbid_task_that_is_running_answers_with_that_execution(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """concurrency: forbid: 200 and the active execution; nothing new starts."""
+    user_service.duration = 1.0
+    async with make_daemon([task("one", f"{user_service.url}/jobs/x")]) as daemon:
+        first_status, first = await api(daemon, "POST", "/api/v1/tasks/one/run")
+        second_status, second = await api(daemon, "POST", "/api/v1/tasks/one/run")
+        await final(daemon, first["id"])
+        _, page = await api(daemon, "GET", "/api/v1/executions", params={"task": "one"})
+    assert (first_status, second_status) == (202, 200)
+    assert second["id"] == first["id"]
+    assert len(page["items"]) == 1
+
+
+async def test_the_api_lists_tasks_and_executions_and_answers_json_errors(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """Task and execution snapshots carry DESIGN.md's fields; unknown names answer 404 JSON;
+    a bad limit answers 400; pages chain through ``next``."""
+    user_service.duration = 0.05
+    spec = task("listed", f"{user_service.url}/jobs/x", concurrency="allow")
+    async with make_daemon([spec]) as daemon:
+        eids = []
+        for _ in range(3):
+            _, snapshot = await api(daemon, "POST", "/api/v1/tasks/listed/run")
+            eids.append(snapshot["id"])
+        for eid in eids:
+            await final(daemon, eid)
+        status, tasks = await api(daemon, "GET", "/api/v1/tasks")
+        assert status == 200
+        [item] = tasks["items"]
+        for key in (
+            "name",
+            "schedule",
+            "paused",
+            "paused_reason",
+            "next_fire_at",
+            "last_execution",
+        ):
+            assert key in item
+        assert item["last_execution"]["id"] == eids[-1]
+        status, one = await api(daemon, "GET", "/api/v1/tasks/listed")
+        assert status == 200 and one["name"] == "listed"
+        assert (await api(daemon, "GET", "/api/v1/tasks/nope"))[0] == 404
+        status, missing = await api(daemon, "GET", "/api/v1/executions/nope")
+        assert status == 404 and "error" in missing
+        assert (await api(daemon, "GET", "/api/v1/executions", params={"limit": "0"}))[0] == 400
+        assert (await api(daemon, "GET", "/api/v1/executions", params={"limit": "501"}))[0] == 400
+        _, page1 = await api(daemon, "GET", "/api/v1/executions", params={"limit": "2"})
+        _, page2 = await api(
+            daemon, "GET", "/api/v1/executions", params={"limit": "2", "before": page1["next"]}
+        )
+        _, steps = await api(daemon, "GET", f"/api/v1/executions/{eids[0]}/steps")
+        _, by_status = await api(daemon, "GET", "/api/v1/executions", params={"status": "success"})
+    assert [i["id"] for i in page1["items"] + page2["items"]] == list(reversed(eids))
+    assert page2["next"] is None
+    assert steps == {"items": []}
+    assert len(by_status["items"]) == 3
+    snapshot = page1["items"][0]
+    for key in (
+        "id",
+        "task",
+        "status",
+        "reason",
+        "progress",
+        "message",
+        "result",
+        "trigger_kind",
+        "attempt",
+        "scheduled_at",
+        "created_at",
+        "triggered_at",
+        "finished_at",
+        "deadline",
+        "resume_of",
+        "resume_attempt",
+        "cancel_acknowledged",
+        "steps",
+    ):
+        assert key in snapshot
+
+
+async def test_with_an_api_token_the_api_wants_it_but_health_does_not(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """api_token set: 401 without or with a wrong bearer token; /healthz stays open."""
+    async with make_daemon([task("a", f"{user_service.url}/jobs/x")], api_token="t0ken") as daemon:
+        assert (await api(daemon, "GET", "/api/v1/tasks"))[0] == 401
+        wrong = {"Authorization": "Bearer nope"}
+        assert (await api(daemon, "GET", "/api/v1/tasks", headers=wrong))[0] == 401
+        right = {"Authorization": "Bearer t0ken"}
+        assert (await api(daemon, "GET", "/api/v1/tasks", headers=right))[0] == 200
+        assert (await api(daemon, "GET", "/healthz"))[0] == 200
+        status, ready = await api(daemon, "GET", "/readyz")
+    assert status == 200 and ready["status"] == "ready"
+
+
+async def test_polls_that_say_nothing_new_write_nothing(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """A service that repeats the same RUNNING report is polled many times; the execution
+    row is written only when something changed."""
+    polls = 0
+
+    async def same_report(request: web.Request) -> web.Response | None:
+        nonlocal polls
+        if request.method == "GET":
+            polls += 1
+            if polls >= 30:
+                return web.json_response({"status": "SUCCESS"})
+            return web.json_response({"status": "RUNNING", "progress": 50, "message": "same"})
+        return web.json_response({"status": "RUNNING", "progress": 0})
+
+    user_service.behaviour = same_report
+    spec = task("steady", f"{user_service.url}/jobs/x", poll_interval="10ms")
+    async with make_daemon([spec]) as daemon:
+        _, snapshot = await api(daemon, "POST", "/api/v1/tasks/steady/run")
+        await final(daemon, snapshot["id"])
+        writes = daemon.writer.writes
+    # trigger sent, RUNNING 0, RUNNING 50, SUCCESS: four writes for thirty polls
+    assert polls == 30
+    assert writes == 4
+
+
+async def test_thousands_of_waiting_polls_share_one_heap_and_a_bounded_worker_pool(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """300 executions in flight at once do not each get a coroutine: ecron's own asyncio
+    tasks stay the dispatcher, the worker pool and the state writer."""
+    user_service.duration = 4.0
+    spec = task("many", f"{user_service.url}/jobs/x", concurrency="allow", poll_interval="300ms")
+    async with make_daemon([spec], poll_workers=8) as daemon:
+        for _ in range(300):
+            await daemon.scheduler.run_now("many")
+        await wait_for(lambda: len(user_service.jobs) == 300, timeout=20)
+        await wait_for(
+            lambda: sum(1 for c in user_service.calls if c.method == "GET") >= 600, timeout=20
+        )
+        while_polling = ecron_tasks()
+        in_flight = len(daemon.executor.inflight)
+        await wait_for(lambda: not daemon.executor.inflight, timeout=30)
+        page = await daemon.store.list_executions(task="many", status=Status.SUCCESS, limit=500)
+    assert len(page.items) == 300
+    assert in_flight >= 250
+    # the three daemon loops, the dispatcher, 8 workers, at most one state-writer flush
+    assert while_polling <= 3 + 1 + 8 + 1
+
+
+async def test_a_restarted_daemon_adopts_the_running_execution_without_triggering_it_again(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """Stopping releases leases; the next daemon on the same database polls the execution
+    to SUCCESS and the service saw exactly one POST for it."""
+    user_service.duration = 1.5
+    spec = task("long", f"{user_service.url}/jobs/x")
+    async with make_daemon([spec]) as daemon:
+        _, snapshot = await api(daemon, "POST", "/api/v1/tasks/long/run")
+        eid = snapshot["id"]
+        await wait_for(lambda: user_service.calls_for(eid, "GET"), timeout=5)
+    async with make_daemon([spec]) as second:
+        done = await final(second, eid)
+    assert done["status"] == "SUCCESS"
+    assert done["owner"] == second.node_id
+    assert user_service.methods_for(eid).count("POST") == 1

@@ -1,0 +1,296 @@
+"""The example user service (examples/job_service.py) follows the HTTP task protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import importlib.util
+import json
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from yarl import URL
+
+SECRET = "example-secret"
+WAIT = 5.0  # the longest any test waits for the service, seconds
+
+
+def _load_example() -> ModuleType:
+    path = Path(__file__).resolve().parent.parent / "examples" / "job_service.py"
+    spec = importlib.util.spec_from_file_location("ecron_example_job_service", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+job_service = _load_example()
+
+Client = TestClient[web.Request, web.Application]
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[Client]:
+    """A client of the example service, unsigned, whose jobs last 0.3 s by default."""
+    async with TestClient(TestServer(job_service.make_app(default_duration=0.3))) as client:
+        yield client
+
+
+@pytest.fixture
+async def signed_client() -> AsyncIterator[Client]:
+    """A client of the example service that verifies signatures with SECRET."""
+    app = job_service.make_app(secret=SECRET, default_duration=0.3)
+    async with TestClient(TestServer(app)) as client:
+        yield client
+
+
+def ecron_headers(eid: str, **extra: str) -> dict[str, str]:
+    """The headers ecron sends on a call for ``eid``."""
+    return {
+        "X-Ecron-Execution-Id": eid,
+        "X-Ecron-Task": "nightly-report",
+        "X-Ecron-Scheduled-At": "2026-01-01T03:00:00.000Z",
+        "X-Ecron-Deadline": "2099-01-01T05:00:00Z",
+        "X-Ecron-Attempt": "1",
+        **extra,
+    }
+
+
+def signature(secret: str, t: int, method: str, target: str, body: bytes) -> str:
+    """An X-Ecron-Signature value computed straight from PROTOCOL.md."""
+    signed = f"{t}.{method}.{target}.".encode() + body
+    return f"t={t},v1={hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()}"
+
+
+async def trigger(client: Client, eid: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Send the trigger for ``eid`` and answer its report, checking for a 200."""
+    response = await client.post("/jobs/report", json=body or {}, headers=ecron_headers(eid))
+    assert response.status == 200, await response.text()
+    report: dict[str, Any] = await response.json()
+    return report
+
+
+async def poll_until_final(client: Client, eid: str) -> list[dict[str, Any]]:
+    """Poll ``eid`` every 20 ms until it is no longer RUNNING; answer every report seen."""
+    reports: list[dict[str, Any]] = []
+    async with asyncio.timeout(WAIT):
+        while True:
+            response = await client.get(f"/jobs/report/{eid}", headers=ecron_headers(eid))
+            assert response.status == 200, await response.text()
+            reports.append(await response.json())
+            if reports[-1]["status"] != "RUNNING":
+                return reports
+            await asyncio.sleep(0.02)
+
+
+async def test_a_triggered_job_runs_to_success_with_rising_progress(client: Client) -> None:
+    """A trigger answers RUNNING at 0; polls then show progress rising to a SUCCESS at 100."""
+    first = await trigger(client, "eid-success")
+    assert first["status"] == "RUNNING"
+    assert first["progress"] == 0
+    assert isinstance(first["message"], str)
+
+    reports = await poll_until_final(client, "eid-success")
+
+    progress = [report["progress"] for report in reports]
+    assert progress == sorted(progress)
+    assert any(0 < value < 100 for value in progress)
+    assert reports[-1]["status"] == "SUCCESS"
+    assert reports[-1]["progress"] == 100
+    assert reports[-1]["result"] == {"kind": "report", "seconds": 0.3}
+
+
+async def test_a_duration_may_be_written_with_a_unit_or_as_seconds(client: Client) -> None:
+    """``{"duration": "200ms"}`` and ``{"duration": 0.2}`` both give a job of 0.2 s."""
+    await trigger(client, "eid-text", {"duration": "200ms"})
+    await trigger(client, "eid-number", {"duration": 0.2})
+
+    for eid in ("eid-text", "eid-number"):
+        final = (await poll_until_final(client, eid))[-1]
+        assert final["result"]["seconds"] == pytest.approx(0.2)
+
+
+async def test_a_second_trigger_with_the_same_eid_starts_nothing_new(client: Client) -> None:
+    """A repeated trigger answers the execution's current report, whatever its body says."""
+    await trigger(client, "eid-twice", {"duration": "400ms"})
+    await asyncio.sleep(0.15)
+
+    again = await trigger(client, "eid-twice", {"duration": "10s", "fail": True})
+    assert again["status"] == "RUNNING"
+    assert again["progress"] > 0  # the same job, not a new one started at 0
+
+    final = (await poll_until_final(client, "eid-twice"))[-1]
+    assert final["status"] == "SUCCESS"
+    assert final["result"]["seconds"] == pytest.approx(0.4)
+    assert await trigger(client, "eid-twice", {"duration": "10s"}) == final
+
+
+async def test_an_unknown_eid_is_answered_404_unknown_by_poll_and_cancel(client: Client) -> None:
+    """Polling or cancelling an eid the service never saw answers 404 with status UNKNOWN."""
+    headers = ecron_headers("eid-never-seen")
+    poll = await client.get("/jobs/report/eid-never-seen", headers=headers)
+    cancel = await client.delete("/jobs/report/eid-never-seen", headers=headers)
+
+    for response in (poll, cancel):
+        assert response.status == 404
+        assert await response.json() == {"status": "UNKNOWN"}
+
+
+async def test_an_eid_is_known_only_under_the_kind_that_triggered_it(client: Client) -> None:
+    """A job started at /jobs/report is unknown at /jobs/other."""
+    await trigger(client, "eid-kind")
+
+    response = await client.get("/jobs/other/eid-kind", headers=ecron_headers("eid-kind"))
+
+    assert response.status == 404
+    assert await response.json() == {"status": "UNKNOWN"}
+
+
+async def test_a_cancel_stops_a_running_job_and_answers_its_final_report(client: Client) -> None:
+    """DELETE ends a running job FAILED "cancelled"; its progress moves no further after that."""
+    await trigger(client, "eid-cancel", {"duration": "5s"})
+    await asyncio.sleep(0.6)
+
+    response = await client.delete("/jobs/report/eid-cancel", headers=ecron_headers("eid-cancel"))
+    assert response.status == 200
+    cancelled = await response.json()
+    assert cancelled["status"] == "FAILED"
+    assert cancelled["message"] == "cancelled"
+
+    await asyncio.sleep(0.6)
+    assert (await poll_until_final(client, "eid-cancel")) == [cancelled]
+
+
+async def test_a_job_asked_to_fail_ends_failed_with_a_message(client: Client) -> None:
+    """``{"fail": true}`` makes the job end FAILED, with a message saying so, and no result."""
+    await trigger(client, "eid-fail", {"fail": True})
+
+    final = (await poll_until_final(client, "eid-fail"))[-1]
+
+    assert final["status"] == "FAILED"
+    assert "fail" in final["message"]
+    assert final["progress"] < 100
+    assert "result" not in final
+
+
+async def test_a_trigger_without_an_execution_id_is_refused_400(client: Client) -> None:
+    """A trigger that lacks X-Ecron-Execution-Id is a 400, which ecron reads as rejected."""
+    response = await client.post("/jobs/report", json={}, headers={"X-Ecron-Task": "x"})
+
+    assert response.status == 400
+    assert "X-Ecron-Execution-Id" in (await response.json())["error"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"[1, 2]", b"{not json", b'{"duration": "soon"}', b'{"duration": -1}'],
+)
+async def test_a_trigger_with_a_body_it_cannot_read_is_refused_400(
+    client: Client, body: bytes
+) -> None:
+    """A body that is not a JSON object, or whose duration makes no sense, is a 400."""
+    response = await client.post("/jobs/report", data=body, headers=ecron_headers("eid-bad"))
+
+    assert response.status == 400
+    poll = await client.get("/jobs/report/eid-bad", headers=ecron_headers("eid-bad"))
+    assert poll.status == 404  # nothing was started
+
+
+async def test_a_correctly_signed_trigger_and_poll_are_accepted(signed_client: Client) -> None:
+    """Signatures over method, raw path with query and exact body bytes pass verification."""
+    body = json.dumps({"duration": "100ms"}).encode()
+    target = "/jobs/report?region=eu"
+    headers = ecron_headers(
+        "eid-signed",
+        **{"Content-Type": "application/json"},
+        **{"X-Ecron-Signature": signature(SECRET, int(time.time()), "POST", target, body)},
+    )
+    response = await signed_client.post(target, data=body, headers=headers)
+    assert response.status == 200, await response.text()
+
+    # The target is signed as sent, before any decoding: %2F stays %2F.
+    poll_target = "/jobs/report/eid-signed?region=eu&next=%2Fa%20b"
+    poll_signature = signature(SECRET, int(time.time()) - 60, "GET", poll_target, b"")
+    headers = ecron_headers("eid-signed", **{"X-Ecron-Signature": poll_signature})
+    url = URL(f"http://{signed_client.host}:{signed_client.port}{poll_target}", encoded=True)
+    async with signed_client.session.get(url, headers=headers) as poll:
+        assert poll.status == 200, await poll.text()
+        assert (await poll.json())["status"] in {"RUNNING", "SUCCESS"}
+
+
+#: (secret, seconds from now, method, target) of signatures that must not pass for
+#: ``POST /jobs/report?q=1`` with the body ``{}``; None sends no signature at all.
+BAD_SIGNATURES: dict[str, tuple[str, int, str, str] | None] = {
+    "missing": None,
+    "wrong secret": ("not-the-secret", 0, "POST", "/jobs/report?q=1"),
+    "other method": (SECRET, 0, "PUT", "/jobs/report?q=1"),
+    "query left out": (SECRET, 0, "POST", "/jobs/report"),
+    "stale t": (SECRET, -301, "POST", "/jobs/report?q=1"),
+    "future t": (SECRET, 400, "POST", "/jobs/report?q=1"),
+}
+
+
+@pytest.mark.parametrize("why", [*BAD_SIGNATURES, "other body", "garbled"])
+async def test_a_request_with_a_bad_or_stale_signature_is_refused_401(
+    signed_client: Client, why: str
+) -> None:
+    """A missing, wrong or stale X-Ecron-Signature is a 401, and starts nothing."""
+    headers = ecron_headers("eid-forged")
+    now = int(time.time())
+    if why == "other body":
+        headers["X-Ecron-Signature"] = signature(SECRET, now, "POST", "/jobs/report?q=1", b"[]")
+    elif why == "garbled":
+        headers["X-Ecron-Signature"] = "t=abc,v1=zz"
+    elif (bad := BAD_SIGNATURES[why]) is not None:
+        secret, offset, method, target = bad
+        headers["X-Ecron-Signature"] = signature(secret, now + offset, method, target, b"{}")
+
+    response = await signed_client.post("/jobs/report?q=1", data=b"{}", headers=headers)
+
+    assert response.status == 401
+    fresh = signature(SECRET, now, "GET", "/jobs/report/eid-forged", b"")
+    headers = ecron_headers("eid-forged", **{"X-Ecron-Signature": fresh})
+    poll = await signed_client.get("/jobs/report/eid-forged", headers=headers)
+    assert poll.status == 404
+
+
+#: The worked example of docs/protocol.md: secret ``s3cret``, 2026-01-01T03:00:00Z.
+WORKED_T = 1767236400
+WORKED_TRIGGER = "71ff5c65c790f1fb9c75201ddaad67072e146bdedaab35c15d9b795607bbe29b"
+WORKED_POLL = "d02195920d118418ca9a75c8ade436b07e689f84acf9f159ee1b2064f9da1dd8"
+
+
+def test_the_worked_signing_example_in_the_docs_verifies() -> None:
+    """verify_signature accepts docs/protocol.md's worked example, and nothing close to it."""
+    verify = job_service.verify_signature
+    trigger = ("/jobs/nightly?region=eu", b'{"kind":"full"}')
+    poll = ("/jobs/nightly/01JGZ3V8Q4N2B6C9D0E1F2G3H4?region=eu", b"")
+    header = f"t={WORKED_T},v1={WORKED_TRIGGER}"
+
+    assert header == signature("s3cret", WORKED_T, "POST", *trigger)
+    assert verify("s3cret", header, "POST", *trigger, now=WORKED_T + 300)
+    assert verify("s3cret", f"t={WORKED_T},v1={WORKED_POLL}", "GET", *poll, now=WORKED_T)
+    assert not verify("s3cret", header, "POST", *trigger, now=WORKED_T + 301)
+    assert not verify("s3cret", header, "GET", *trigger, now=WORKED_T)
+    assert not verify("s3cret", header.upper(), "POST", *trigger, now=WORKED_T)
+
+
+async def test_shutting_the_service_down_stops_its_running_jobs() -> None:
+    """Cleaning up the application cancels running jobs, leaving no task behind."""
+    app = job_service.make_app(default_duration=30.0)
+    async with TestClient(TestServer(app)) as client:
+        await trigger(client, "eid-long")
+        assert [task for task in asyncio.all_tasks() if task.get_name() == "job report/eid-long"]
+
+    leftover = [task for task in asyncio.all_tasks() if task.get_name().startswith("job ")]
+    assert leftover == []
