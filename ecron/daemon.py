@@ -76,6 +76,7 @@ class Daemon:
             log.info("database_migrated", before=before, after=after)
         await self._sync_tasks(self.clock.now())
         secret = settings.secret or await self.store.shared_secret(secrets.token_hex(32))
+        self.callback_secret = secret
         connector = aiohttp.TCPConnector(limit=max(100, settings.poll_workers * 2))
         session = aiohttp.ClientSession(connector=connector)
         self._stack.push_async_callback(session.close)
@@ -123,6 +124,7 @@ class Daemon:
             settings=self.settings,
             clock=self.clock,
             node_id=self.node_id,
+            callback_secret=self.callback_secret,
         )
         runner = web.AppRunner(make_app(ctx), access_log=None)
         await runner.setup()

@@ -20,7 +20,7 @@ import structlog
 
 from ecron.clock import Clock
 from ecron.config.model import DaemonSettings, TaskSpec
-from ecron.core import Execution, Reason, Skipped, Status, TriggerKind, apply
+from ecron.core import Execution, Reason, Skipped, Status, TriggerKind
 from ecron.executor.runner import Executor
 from ecron.ids import new_eid
 from ecron.schedules import ScheduleKind, jitter_offset, missed_fire_times, next_fire_time
@@ -216,8 +216,7 @@ class Scheduler:
             active = overlapping(execution, await self.store.active_executions(execution.task))
             if active:
                 message = f"execution {active[0].eid} was still {active[0].status}"
-                transition = apply(execution, Skipped(Reason.OVERLAP, message), self.clock.now())
-                await self.executor.commit(transition)
+                await self.executor.record(execution, Skipped(Reason.OVERLAP, message))
                 log.info(
                     "fire_skipped",
                     task=execution.task,

@@ -35,6 +35,8 @@ class ApiContext:
     settings: DaemonSettings
     clock: Clock
     node_id: str
+    #: Signs callback tokens (the configured ``secret`` or the one stored in the database).
+    callback_secret: str
 
 
 CONTEXT = web.AppKey("ecron_context", ApiContext)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 from aiohttp import web
 
 from ecron.api.app import context, error
 from ecron.api.snapshots import execution_snapshot, step_snapshot
-from ecron.core import Execution, Status
+from ecron.core import Execution, InvalidReport, RemoteStatus, Status, parse_report
 from ecron.errors import NotFound
+from ecron.signing import token_matches
 
 routes = web.RouteTableDef()
 
@@ -60,3 +63,57 @@ async def get_steps(request: web.Request) -> web.Response:
     """The steps of one execution (empty for a one-call task)."""
     execution = await _execution(request)
     return web.json_response({"items": [step_snapshot(step) for step in execution.steps]})
+
+
+@routes.post("/api/v1/executions/{eid}/cancel")
+async def cancel_execution(request: web.Request) -> web.Response:
+    """A person's cancel: the cancel call is sent once, then the execution ends CANCELLED.
+    Answers 200 with the final snapshot, 404 for an unknown id, 409 for a final one."""
+    execution = await _execution(request)
+    if execution.is_final:
+        return error(
+            409,
+            f"execution {execution.eid} is already {execution.status}",
+            execution_snapshot(execution),
+        )
+    stopped = await context(request).executor.cancel(
+        execution.eid, "cancelled by a person through the API"
+    )
+    return web.json_response(execution_snapshot(stopped))
+
+
+@routes.post("/api/v1/executions/{eid}/report")
+async def report(request: web.Request) -> web.Response:
+    """A callback (PROTOCOL.md): answers, checked in this order, 404 (no such execution),
+    401 (token missing or not this id's), 400 (not a report), 409 (already final; nothing
+    changed), 200 (applied). Each answer carries the execution's snapshot where it has one."""
+    ctx = context(request)
+    remote = request.match_info["eid"]
+    execution = await ctx.store.get_execution(remote)
+    if execution is None:
+        return error(404, f"no execution {remote!r}")
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token_matches(ctx.callback_secret, remote, token.strip()):
+        return error(
+            401,
+            "missing or wrong callback token",
+            "send Authorization: Bearer <X-Ecron-Callback-Token>",
+        )
+    try:
+        parsed = parse_report(json.loads(await request.read()))
+    except (ValueError, InvalidReport) as exc:
+        return error(400, "not a valid report", str(exc)[:500])
+    if parsed.status is RemoteStatus.UNKNOWN:
+        return error(400, "not a valid report", "a callback cannot report UNKNOWN")
+    if execution.is_final:
+        return error(
+            409, f"execution {remote} is already {execution.status}", execution_snapshot(execution)
+        )
+    transition, current = await ctx.executor.report(execution.eid, parsed)
+    if transition.cancel_due or (current.is_final and not transition.changed):
+        return error(
+            409,
+            f"execution {remote} is {current.status}; the report changed nothing",
+            execution_snapshot(current),
+        )
+    return web.json_response(execution_snapshot(current))

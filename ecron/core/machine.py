@@ -56,7 +56,8 @@ class CancelSent:
 class Stopped:
     """The execution was stopped by its deadline (TIMED_OUT) or by a person (CANCELLED)."""
 
-    status: Literal[Status.TIMED_OUT, Status.CANCELLED]
+    #: TIMED_OUT or CANCELLED.
+    status: Status
     acknowledged: bool | None
     message: str
 
@@ -123,6 +124,7 @@ def apply(execution: Execution, event: Event, now: datetime) -> Transition:
                 return Transition(execution, execution, ignored="the trigger already left")
             return Transition(execution, _finish(execution, Status.SKIPPED, reason, message, now))
         case Stopped(status, acknowledged, message):
+            assert status in (Status.TIMED_OUT, Status.CANCELLED), status
             after = _finish(execution, status, None, message, now)
             return Transition(execution, after.evolve(cancel_acknowledged=acknowledged))
     raise TypeError(f"not an event: {event!r}")  # pragma: no cover
@@ -169,8 +171,10 @@ def _apply_unknown(execution: Execution, channel: Channel, now: datetime) -> Tra
             execution, _finish(execution, Status.FAILED, Reason.REJECTED, message, now)
         )
     if execution.status is Status.PENDING:
-        # Asked after an unknown trigger outcome: it never started; the trigger is sent again.
-        return Transition(execution, execution, ignored="not started at the user service")
+        # Polled because the trigger's outcome stayed unknown after its retries: it never started.
+        message = "the trigger's outcome was unknown, and the user service does not know it"
+        failed = _finish(execution, Status.FAILED, Reason.TRIGGER_FAILED, message, now)
+        return Transition(execution, failed)
     message = "the user service no longer knows this execution"
     return Transition(execution, _finish(execution, Status.FAILED, Reason.LOST, message, now))
 

@@ -4,6 +4,11 @@ Thousands of executions can be in flight; they share one timing structure (a
 heap of next-poll times) and a bounded pool of poll workers over one HTTP
 session. No execution has a coroutine of its own while it waits. A trigger,
 which is short-lived but may be retried with backoff, runs in its own task.
+
+Every state change goes through ``record``: ``core.apply`` decides, the store
+writes it as a compare-and-set, and a lost compare is settled by reading the
+row again: under a lease that moved on (a higher fence) the node lets go; else
+the same event is applied again to the newer state.
 """
 
 from __future__ import annotations
@@ -11,17 +16,31 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from contextlib import suppress
-from datetime import datetime, timedelta
+from datetime import datetime
+from typing import Any
 
 import structlog
 
 from ecron.clock import Clock
 from ecron.config.model import CallSettings, TaskSpec
-from ecron.core import CancelSent, Execution, Status, Stopped, Transition, apply, deadline_passed
+from ecron.core import (
+    Event,
+    Execution,
+    ProbeFailed,
+    Report,
+    Reported,
+    Status,
+    Transition,
+    apply,
+    deadline_passed,
+)
+from ecron.core.status import Channel
+from ecron.errors import Conflict, NotFound
 from ecron.executor.http import CallContext, HttpCaller
-from ecron.executor.outcomes import ACKNOWLEDGED, CANCEL_RETRYABLE, poll_event
+from ecron.executor.outcomes import poll_event
+from ecron.executor.stopping import stop
 from ecron.executor.trigger import run_trigger
 from ecron.ids import remote_id
 from ecron.store.base import Store
@@ -30,6 +49,9 @@ from ecron.store.writer import StateWriter
 log = structlog.get_logger(__name__)
 
 Finished = Callable[[Execution], Awaitable[None]]
+
+#: How many times a lost compare-and-set is retried on fresh state before giving up.
+RECORD_ATTEMPTS = 5
 
 
 class Executor:
@@ -54,13 +76,14 @@ class Executor:
         self.workers = workers
         self.on_finished = on_finished
         self._inflight: dict[str, Execution] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
         self._heap: list[tuple[datetime, int, str]] = []
         self._live_entry: dict[str, int] = {}
         self._seq = itertools.count()
         self._queue: asyncio.Queue[str] = asyncio.Queue(maxsize=workers * 2)
         self._wake = asyncio.Event()
-        self._background: set[asyncio.Task[None]] = set()
+        self._background: set[asyncio.Task[Any]] = set()
+        #: Executions whose cancel call is under way on this node: never polled or triggered again.
+        self.stopping: set[str] = set()
 
     # -- what the rest of ecron calls ----------------------------------------------------
 
@@ -69,10 +92,14 @@ class Executor:
         """The executions this node drives, by eid."""
         return self._inflight
 
+    def hold(self, execution: Execution) -> None:
+        """Keep ``execution`` (claimed, not yet due) among this node's leases until it starts."""
+        self._inflight[execution.eid] = execution
+
     def start(self, execution: Execution) -> None:
         """Send the trigger of a PENDING execution this node holds, now, in the background."""
         self._inflight[execution.eid] = execution
-        self._spawn(self._trigger(execution.eid), f"ecron-trigger-{execution.eid}")
+        self.spawn(run_trigger(self, execution), f"ecron-trigger-{execution.eid}")
 
     def adopt(self, execution: Execution) -> None:
         """Take over an active execution (after a restart or another node's death).
@@ -80,39 +107,54 @@ class Executor:
         One never triggered is started; one whose trigger left is polled first
         (the unknown-outcome rule); a RUNNING one is polled at once.
         """
-        if execution.status is Status.PENDING and execution.triggered_at is None:
-            self.start(execution)
-            return
         self._inflight[execution.eid] = execution
         if execution.status is Status.PENDING:
-            self._spawn(self._trigger(execution.eid), f"ecron-adopt-{execution.eid}")
+            self.start(execution)
         else:
-            self._schedule(execution.eid, self.clock.now())
-
-    def hold(self, execution: Execution) -> None:
-        """Keep ``execution`` (claimed, not yet due) among this node's leases until it starts."""
-        self._inflight[execution.eid] = execution
-
-    def inflight_update(self, execution: Execution) -> None:
-        """Record the newest stored state of an execution this node drives."""
-        if execution.eid in self._inflight:
-            self._inflight[execution.eid] = execution
+            self.schedule(execution.eid, self.clock.now())
 
     def forget(self, eid: str) -> None:
         """Stop driving ``eid`` (its lease is gone, or it ended)."""
         self._inflight.pop(eid, None)
         self._live_entry.pop(eid, None)
-        self._locks.pop(eid, None)
 
-    async def cancel(self, eid: str, message: str) -> Execution | None:
-        """A person's cancel of an execution this node drives: cancel call, then CANCELLED."""
-        if eid not in self._inflight:
-            return None
-        async with self._lock(eid):
-            execution = self._inflight.get(eid)
-            if execution is None or execution.is_final:
-                return execution
-            return await self._stop(execution, Status.CANCELLED, message)
+    def is_stopping(self, eid: str) -> bool:
+        """True while this node sends ``eid``'s cancel call, or once it ended here."""
+        return eid in self.stopping
+
+    async def cancel(self, eid: str, message: str) -> Execution:
+        """A person's cancel, from any node: the cancel call once, then CANCELLED.
+
+        Raises ``NotFound`` for an unknown eid and ``Conflict`` for a final one.
+        """
+        execution = self._inflight.get(eid) or await self.store.get_execution(eid)
+        if execution is None:
+            raise NotFound(f"no execution {eid!r}")
+        if execution.is_final:
+            raise Conflict(f"execution {eid} is already {execution.status}")
+        stopped = await stop(self, execution, Status.CANCELLED, message)
+        if stopped is None or stopped.status is not Status.CANCELLED:
+            current = await self.store.get_execution(eid)
+            status = "gone" if current is None else str(current.status)
+            raise Conflict(f"execution {eid} ended as {status} before the cancel")
+        return stopped
+
+    async def report(self, eid: str, report: Report) -> tuple[Transition, Execution]:
+        """A callback's report about ``eid``, from any node, through the one core function.
+
+        Raises ``NotFound`` for an unknown eid. A transition with ``cancel_due``
+        means the deadline had passed: the cancel was sent instead.
+        """
+        execution = await self.store.get_execution(eid)
+        if execution is None:
+            raise NotFound(f"no execution {eid!r}")
+        self._warn_ignored(execution, report)
+        event = Reported(report, Channel.CALLBACK)
+        transition, stored = await self.record(execution, event, as_owner=False)
+        if transition.cancel_due:
+            stopped = await stop(self, execution, Status.TIMED_OUT, "the task timeout passed")
+            return transition, stopped or execution
+        return transition, stored or await self.store.get_execution(eid) or execution
 
     async def run(self) -> None:
         """The dispatcher and the poll workers; runs until cancelled."""
@@ -127,14 +169,101 @@ class Executor:
             await asyncio.wait(set(self._background), timeout=timeout)
         await self.writer.drain()
 
+    def spawn(self, coroutine: Coroutine[Any, Any, Any], name: str) -> None:
+        """Run ``coroutine`` in the background, kept until it ends (``drain`` waits for it)."""
+        task = asyncio.create_task(coroutine, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # -- recording state ------------------------------------------------------------------
+
+    async def record(
+        self, execution: Execution, event: Event, *, as_owner: bool = True
+    ) -> tuple[Transition, Execution | None]:
+        """Apply ``event`` and store the result; see the module docstring.
+
+        ``as_owner``: the event comes from this node's lease (a poll, a trigger
+        answer, a deadline), so it is dropped once the lease moved on; a
+        callback or a person's cancel is not (it holds no lease). Returns the
+        transition and the stored execution, or None when it was dropped or
+        the row is gone. A ``cancel_due`` transition is not stored: the caller
+        sends the cancel.
+        """
+        before = execution
+        for _ in range(RECORD_ATTEMPTS):
+            transition = apply(before, event, self.clock.now())
+            if transition.cancel_due or not transition.changed:
+                return transition, before
+            after = transition.after
+            if not after.is_final and after.status is Status.RUNNING:
+                after = after.evolve(next_poll_at=self._next_due(after))
+            stored = await self.writer.save(before, after)
+            if stored is not None:
+                await self._written(transition, stored)
+                return transition, stored
+            fresh = await self.store.get_execution(before.eid)
+            if fresh is None or (as_owner and fresh.fence != execution.fence):
+                log.debug("execution_let_go", execution_id=execution.eid)
+                self.forget(execution.eid)
+                return transition, None
+            if fresh.is_final:
+                self._remember(fresh)
+                return Transition(fresh, fresh, ignored=f"execution is {fresh.status}"), fresh
+            before = fresh
+        log.warning("record_gave_up", execution_id=execution.eid, attempts=RECORD_ATTEMPTS)
+        return transition, None
+
+    async def _written(self, transition: Transition, stored: Execution) -> None:
+        self._remember(stored)
+        if transition.finished:
+            await self._finished(stored)
+
+    def _remember(self, stored: Execution) -> None:
+        """Keep the newest stored state of an execution this node drives."""
+        current = self._inflight.get(stored.eid)
+        if current is None:
+            return
+        if stored.is_final:
+            self.forget(stored.eid)
+        elif stored.version >= current.version:
+            self._inflight[stored.eid] = stored
+
+    async def _finished(self, execution: Execution) -> None:
+        log.info(
+            "execution_finished",
+            task=execution.task,
+            execution_id=execution.eid,
+            status=str(execution.status),
+            reason=None if execution.reason is None else str(execution.reason),
+        )
+        if self.on_finished is not None:
+            try:
+                await self.on_finished(execution)
+            except Exception:
+                log.exception("on_finished_failed", execution_id=execution.eid)
+
     # -- timing ---------------------------------------------------------------------------
 
-    def _schedule(self, eid: str, due: datetime) -> None:
+    def schedule(self, eid: str, due: datetime) -> None:
+        """Look at ``eid`` again at ``due`` (replacing any earlier plan for it)."""
         seq = next(self._seq)
         self._live_entry[eid] = seq
         heapq.heappush(self._heap, (due, seq, eid))
         if self._heap[0][1] == seq:
             self._wake.set()
+
+    def _next_due(self, execution: Execution) -> datetime:
+        """When to look at a RUNNING execution next: its next poll (or, in callback mode,
+        the end of its heartbeat), never after its deadline."""
+        call, _ = self.call_of(execution)
+        if call.mode == "callback":
+            since = execution.last_report_at or execution.triggered_at or self.clock.now()
+            due = since + call.heartbeat_timeout
+        else:
+            due = self.clock.now() + call.poll_interval
+        if execution.deadline is not None:
+            due = min(due, execution.deadline)
+        return due
 
     async def _dispatch(self) -> None:
         while True:
@@ -153,131 +282,92 @@ class Executor:
         while True:
             eid = await self._queue.get()
             try:
-                await self._poll(eid)
+                await self._look_at(eid)
             except Exception:
                 log.exception("poll_failed_unexpectedly", execution_id=eid)
                 execution = self._inflight.get(eid)
                 if execution is not None:
                     call, _ = self.call_of(execution)
-                    self._schedule(eid, self.clock.now() + call.poll_interval)
+                    self.schedule(eid, self.clock.now() + call.poll_interval)
             finally:
                 self._queue.task_done()
 
-    # -- the calls --------------------------------------------------------------------------
-
-    async def _trigger(self, eid: str) -> None:
-        async with self._lock(eid):
-            execution = self._inflight.get(eid)
-            if execution is None:
-                return
-            call, ctx = self.call_of(execution)
-            transition = await run_trigger(self, execution, call, ctx)
-            if transition is not None:
-                await self.commit(transition)
-
-    async def _poll(self, eid: str) -> None:
-        async with self._lock(eid):
-            execution = self._inflight.get(eid)
-            if execution is None or execution.is_final:
-                return
-            if deadline_passed(execution, self.clock.now()):
-                await self._stop(execution, Status.TIMED_OUT, "the task timeout passed")
-                return
-            call, ctx = self.call_of(execution)
-            outcome = await self.caller.poll(call, ctx)
-            await self.commit(apply(execution, poll_event(outcome, call), self.clock.now()))
-
-    async def commit(self, transition: Transition) -> Execution | None:
-        """Store a transition, then plan what comes next for that execution."""
-        if transition.cancel_due:
-            return await self._stop(transition.before, Status.TIMED_OUT, "the task timeout passed")
-        after = transition.after
-        eid = after.eid
-        due = None
-        if not after.is_final:
-            due = self._next_due(after)
-            if transition.changed:  # next_poll_at rides along on writes; it never causes one
-                after = after.evolve(next_poll_at=due)
-        if after != transition.before:
-            stored = await self.writer.save(transition.before, after)
-            if stored is None:
-                await self.reconcile(eid)
-                return None
-            after = stored
-        if eid not in self._inflight:
-            return after
-        self._inflight[eid] = after
-        if after.is_final:
-            self.forget(eid)
-            await self._finished(after)
-        elif due is not None and after.status is Status.RUNNING:
-            self._schedule(eid, due)
-        return after
-
-    def _next_due(self, execution: Execution) -> datetime:
-        call, _ = self.call_of(execution)
-        due = self.clock.now() + call.poll_interval
-        if execution.deadline is not None:
-            due = min(due, execution.deadline)
-        return due
-
-    async def _stop(self, execution: Execution, status: Status, message: str) -> Execution | None:
-        """Send the cancel call once (recorded first), then end the execution as ``status``."""
-        assert status in (Status.TIMED_OUT, Status.CANCELLED)
-        acknowledged: bool | None = None
-        if execution.cancel_sent_at is None:
-            stored = await self.writer.save(
-                execution, apply(execution, CancelSent(), self.clock.now()).after
-            )
-            if stored is None:
-                await self.reconcile(execution.eid)
-                return None
-            execution = stored
-            self._inflight[execution.eid] = execution
-            acknowledged = await self._send_cancel(execution)
-        event = Stopped(status, acknowledged, message)
-        return await self.commit(apply(execution, event, self.clock.now()))
-
-    async def _send_cancel(self, execution: Execution) -> bool:
-        call, ctx = self.call_of(execution)
-        outcome = await self.caller.cancel(call, ctx)
-        if outcome.kind in CANCEL_RETRYABLE:
-            log.warning("cancel_retried", execution_id=execution.eid, detail=outcome.detail)
-            outcome = await self.caller.cancel(call, ctx)
-        return outcome.kind in ACKNOWLEDGED
-
-    async def reconcile(self, eid: str) -> None:
-        """A write lost its compare-and-set: take the stored state, or let go if the lease moved."""
-        stored = await self.store.get_execution(eid)
-        mine = self._inflight.get(eid)
-        if stored is None or mine is None or stored.fence != mine.fence or stored.is_final:
-            log.debug("execution_let_go", execution_id=eid)
-            self.forget(eid)
+    async def _look_at(self, eid: str) -> None:
+        """A due heap entry: time out, poll, or check the heartbeat of ``eid``."""
+        execution = self._inflight.get(eid)
+        if execution is None or execution.is_final or eid in self.stopping:
             return
-        self._inflight[eid] = stored
-        if stored.status is Status.RUNNING:
-            self._schedule(eid, self.clock.now())
+        now = self.clock.now()
+        if execution.cancel_sent_at is not None:
+            await self._finish_abandoned_cancel(execution, now)
+            return
+        if deadline_passed(execution, now):
+            await stop(self, execution, Status.TIMED_OUT, "the task timeout passed")
+            return
+        call, ctx = self.call_of(execution)
+        if call.mode == "callback":
+            await self._check_heartbeat(execution, call, now)
+            return
+        outcome = await self.caller.poll(call, ctx)
+        if outcome.report is not None:
+            self._warn_ignored(execution, outcome.report)
+        if eid in self.stopping:
+            return  # a cancel started while this poll was out: its answer no longer counts
+        transition, stored = await self.record(execution, poll_event(outcome, call))
+        self.plan_next(transition, stored)
 
-    async def _finished(self, execution: Execution) -> None:
-        log.info(
-            "execution_finished",
-            task=execution.task,
-            execution_id=execution.eid,
-            status=str(execution.status),
-            reason=None if execution.reason is None else str(execution.reason),
-        )
-        if self.on_finished is not None:
-            try:
-                await self.on_finished(execution)
-            except Exception:
-                log.exception("on_finished_failed", execution_id=execution.eid)
+    async def _finish_abandoned_cancel(self, execution: Execution, now: datetime) -> None:
+        """A cancel was recorded (by a node that died, or elsewhere) but never finished:
+        after a grace period, end the execution without sending a second cancel."""
+        assert execution.cancel_sent_at is not None
+        call, _ = self.call_of(execution)
+        grace = call.request_timeout * 3
+        if now < execution.cancel_sent_at + grace:
+            self.schedule(execution.eid, execution.cancel_sent_at + grace)
+            return
+        timed_out = deadline_passed(execution, now)
+        status = Status.TIMED_OUT if timed_out else Status.CANCELLED
+        await stop(self, execution, status, "the cancel was sent; it never finished")
+
+    async def _check_heartbeat(
+        self, execution: Execution, call: CallSettings, now: datetime
+    ) -> None:
+        """Callback mode: silence past ``heartbeat_timeout`` ends it FAILED unreachable."""
+        fresh = await self.store.get_execution(execution.eid)  # callbacks may land on any node
+        if fresh is None or fresh.is_final or fresh.fence != execution.fence:
+            self.forget(execution.eid)
+            return
+        self._remember(fresh)
+        since = fresh.last_report_at or fresh.triggered_at or now
+        if now < since + call.heartbeat_timeout and not deadline_passed(fresh, now):
+            self.schedule(fresh.eid, self._next_due(fresh))
+            return
+        if deadline_passed(fresh, now):
+            await stop(self, fresh, Status.TIMED_OUT, "the task timeout passed")
+            return
+        silence = call.heartbeat_timeout.total_seconds()
+        event = ProbeFailed("unreachable", 1, f"no report for {silence:g}s (heartbeat_timeout)")
+        transition, stored = await self.record(fresh, event)
+        self.plan_next(transition, stored)
+
+    def plan_next(self, transition: Transition, stored: Execution | None) -> None:
+        """After a report: time out now, look again later, or nothing (final or let go)."""
+        if transition.cancel_due:
+            self.spawn(
+                stop(self, transition.before, Status.TIMED_OUT, "the task timeout passed"),
+                f"ecron-timeout-{transition.before.eid}",
+            )
+            return
+        if stored is None or stored.is_final or stored.eid not in self._inflight:
+            return
+        self.schedule(stored.eid, stored.next_poll_at or self._next_due(stored))
 
     # -- helpers --------------------------------------------------------------------------
 
     def call_of(self, execution: Execution) -> tuple[CallSettings, CallContext]:
         """The call settings and header context of the call in flight for ``execution``."""
         spec = self.specs[execution.task]
-        number: int | None = None  # one-call tasks; steps are driven one call at a time (resume.md)
+        number: int | None = None  # one-call tasks; steps are driven one call at a time
         ctx = CallContext(
             remote_id=remote_id(execution.eid, number),
             eid=execution.eid,
@@ -289,15 +379,11 @@ class Executor:
         )
         return spec.call(number), ctx
 
-    def _lock(self, eid: str) -> asyncio.Lock:
-        return self._locks.setdefault(eid, asyncio.Lock())
-
-    def _spawn(self, coroutine: Awaitable[None], name: str) -> None:
-        task = asyncio.ensure_future(coroutine)
-        task.set_name(name)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    def lease_horizon(self, ttl: timedelta) -> datetime:
-        """When leases taken now expire."""
-        return self.clock.now() + ttl
+    def _warn_ignored(self, execution: Execution, report: Report) -> None:
+        for warning in report.warnings:
+            log.warning(
+                "report_field_ignored",
+                task=execution.task,
+                execution_id=execution.eid,
+                detail=warning,
+            )

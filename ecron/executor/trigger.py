@@ -6,6 +6,11 @@ the same id is polled before anything else: a report means it started (and
 the execution goes on from there); 404/UNKNOWN means it did not, and the
 trigger is sent again, counted against the retry budget. A service that
 dedupes on the id therefore never starts one execution twice.
+
+When the budget is spent while the outcome is still unknown, the execution
+stays PENDING and is handed to the poller, which keeps asking: a report
+adopts it, 404/UNKNOWN ends it FAILED ``trigger_failed``, and the deadline or
+``max_probe_failures`` end it as for any other execution.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from tenacity.stop import stop_base
 from tenacity.wait import wait_base, wait_exponential_jitter
 
 from ecron.config.model import CallSettings, TriggerRetry
-from ecron.core import Execution, Transition, TriggerSent, apply
+from ecron.core import Execution, Status, TriggerSent
 from ecron.executor.http import CallContext, CallOutcome, OutcomeKind
 from ecron.executor.outcomes import RETRYABLE, trigger_event
 
@@ -63,32 +68,42 @@ class _StopAtDeadline(stop_base):
         return wake >= self.ctx.deadline
 
 
-async def run_trigger(
-    executor: Executor, execution: Execution, call: CallSettings, ctx: CallContext
-) -> Transition | None:
-    """Deliver the trigger of ``execution``; the transition its answer makes, or None if the
-    execution was lost to another writer on the way."""
+async def run_trigger(executor: Executor, execution: Execution) -> None:
+    """Deliver the trigger of a PENDING ``execution`` this node holds, and record the answer."""
+    call, ctx = executor.call_of(execution)
     probe_first = execution.triggered_at is not None  # adopted: a trigger may have left already
     if execution.triggered_at is None:
-        sent = apply(execution, TriggerSent(call.task_timeout), executor.clock.now())
-        stored = await executor.writer.save(execution, sent.after)
-        if stored is None:
-            await executor.reconcile(execution.eid)
-            return None
+        _, stored = await executor.record(execution, TriggerSent(call.task_timeout))
+        if stored is None or stored.is_final:
+            return
         execution = stored
-        executor.inflight_update(stored)
-    ctx = replace(ctx, deadline=execution.deadline)
-    attempt = _Attempt(executor, call, ctx, probe_first)
+        if execution.status is not Status.PENDING:  # a callback overtook the trigger
+            executor.schedule(execution.eid, executor.clock.now())
+            return
+    attempt = _Attempt(executor, call, replace(ctx, deadline=execution.deadline), probe_first)
     retrying = AsyncRetrying(
-        stop=stop_after_attempt(call.trigger_retry.attempts) | _StopAtDeadline(executor, ctx),
+        stop=stop_after_attempt(call.trigger_retry.attempts)
+        | _StopAtDeadline(executor, attempt.ctx),
         wait=_Backoff(call.trigger_retry),
-        retry=retry_if_result(lambda outcome: outcome.kind in RETRYABLE),
+        retry=retry_if_result(lambda outcome: outcome.kind in RETRYABLE and not attempt.abandoned),
         retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
         before_sleep=attempt.log_retry,
         sleep=executor.clock.sleep,
     )
     outcome: CallOutcome = await retrying(attempt)
-    return apply(execution, trigger_event(outcome), executor.clock.now())
+    if attempt.abandoned:
+        return
+    if outcome.kind is OutcomeKind.NO_ANSWER and attempt.probe_first:
+        log.warning(
+            "trigger_outcome_unknown",
+            task=execution.task,
+            execution_id=execution.eid,
+            detail=outcome.detail,
+        )
+        executor.schedule(execution.eid, executor.clock.now() + call.poll_interval)
+        return
+    transition, stored = await executor.record(execution, trigger_event(outcome))
+    executor.plan_next(transition, stored)
 
 
 @dataclass(slots=True)
@@ -99,17 +114,21 @@ class _Attempt:
     call: CallSettings
     ctx: CallContext
     probe_first: bool
+    tries: int = 0
+    abandoned: bool = False
 
     async def __call__(self) -> CallOutcome:
+        self.tries += 1
+        if self.tries > 1 and await self._abandon():
+            return CallOutcome(OutcomeKind.UNSENT, detail="the execution moved on")
         caller = self.executor.caller
         if self.probe_first:
             probe = await caller.poll(self.call, self.ctx)
             if probe.kind is OutcomeKind.REPORT:
                 return probe
             if probe.kind is not OutcomeKind.UNKNOWN:
-                return replace(
-                    probe, kind=OutcomeKind.NO_ANSWER, detail=f"outcome unknown: {probe.detail}"
-                )
+                detail = f"outcome unknown, and the poll failed: {probe.detail}"
+                return replace(probe, kind=OutcomeKind.NO_ANSWER, detail=detail)
             self.probe_first = False
         outcome = await caller.trigger(self.call, self.ctx)
         if outcome.kind is not OutcomeKind.NO_ANSWER:
@@ -119,8 +138,23 @@ class _Attempt:
         if probe.kind is OutcomeKind.REPORT:
             return probe
         if probe.kind is OutcomeKind.UNKNOWN:
-            self.probe_first = False
+            self.probe_first = False  # it never started: the next try may send it again
         return outcome
+
+    async def _abandon(self) -> bool:
+        """Before a retry: has the execution ended, been cancelled or been taken over?"""
+        eid = self.ctx.eid
+        held = self.executor.inflight.get(eid)
+        fresh = None if held is None else await self.executor.store.get_execution(eid)
+        self.abandoned = (
+            self.executor.is_stopping(eid)
+            or held is None
+            or fresh is None
+            or fresh.is_final
+            or fresh.cancel_sent_at is not None
+            or fresh.fence != held.fence
+        )
+        return self.abandoned
 
     def log_retry(self, retry_state: RetryCallState) -> None:
         outcome = retry_state.outcome.result() if retry_state.outcome else None
