@@ -79,6 +79,10 @@ class Daemon:
         self.callback_secret = secret
         connector = aiohttp.TCPConnector(limit=max(100, settings.poll_workers * 2))
         session = aiohttp.ClientSession(connector=connector)
+        # aiohttp silently sends a GET or DELETE again when the connection drops; ecron counts
+        # every call itself (one cancel retry, probe failures), so it must see each failure.
+        # There is no public switch: aiohttp's own test client sets the same attribute.
+        session._retry_connection = False
         self._stack.push_async_callback(session.close)
         self.writer = StateWriter(self.store)
         caller = HttpCaller(session, public_url=settings.public_url, callback_secret=secret)

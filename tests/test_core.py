@@ -530,14 +530,14 @@ def test_an_unknown_answer_while_running_ends_failed_lost(channel: Channel) -> N
     assert result.finished
 
 
-def test_an_unknown_answer_to_a_poll_while_pending_changes_nothing() -> None:
-    """After an unknown trigger outcome, UNKNOWN means it never started: trigger again."""
+def test_an_unknown_answer_to_a_poll_while_pending_ends_it_trigger_failed() -> None:
+    """A PENDING execution is polled only when its trigger's outcome stayed unknown after the
+    retries: UNKNOWN then means it never started, and there is no budget left to send it."""
     pending = execution(triggered_at=T0, deadline=T0 + timedelta(hours=1))
     result = apply(pending, report("UNKNOWN"), T0 + SECOND)
-    assert not result.changed
-    assert result.after == pending
-    assert result.ignored is not None
-    assert not result.cancel_due
+    assert result.after.status is Status.FAILED
+    assert result.after.reason is Reason.TRIGGER_FAILED
+    assert result.after.finished_at == T0 + SECOND
 
 
 @pytest.mark.parametrize("late", [timedelta(0), SECOND, timedelta(days=1)])

@@ -255,16 +255,21 @@ async def test_thousands_of_waiting_polls_share_one_heap_and_a_bounded_worker_po
             await daemon.scheduler.run_now("many")
         await wait_for(lambda: len(user_service.jobs) == 300, timeout=20)
         await wait_for(
+            lambda: all(e.status is Status.RUNNING for e in daemon.executor.inflight.values()),
+            timeout=20,
+        )
+        await wait_for(
             lambda: sum(1 for c in user_service.calls if c.method == "GET") >= 600, timeout=20
         )
         while_polling = ecron_tasks()
+        names = sorted(t.get_name() for t in asyncio.all_tasks())
         in_flight = len(daemon.executor.inflight)
         await wait_for(lambda: not daemon.executor.inflight, timeout=30)
         page = await daemon.store.list_executions(task="many", status=Status.SUCCESS, limit=500)
     assert len(page.items) == 300
     assert in_flight >= 250
     # the three daemon loops, the dispatcher, 8 workers, at most one state-writer flush
-    assert while_polling <= 3 + 1 + 8 + 1
+    assert while_polling <= 3 + 1 + 8 + 1, names
 
 
 async def test_a_restarted_daemon_adopts_the_running_execution_without_triggering_it_again(
@@ -283,3 +288,18 @@ async def test_a_restarted_daemon_adopts_the_running_execution_without_triggerin
     assert done["status"] == "SUCCESS"
     assert done["owner"] == second.node_id
     assert user_service.methods_for(eid).count("POST") == 1
+
+
+async def test_an_execution_that_reports_nothing_new_is_polled_once_per_poll_interval(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """A steady RUNNING execution with poll_interval 200ms gets about five polls a second,
+    not a poll loop that never rests."""
+    user_service.duration = 3600
+    spec = task("steady", f"{user_service.url}/jobs/x", poll_interval="200ms")
+    async with make_daemon([spec]) as daemon:
+        _, snapshot = await api(daemon, "POST", "/api/v1/tasks/steady/run")
+        await wait_for(lambda: user_service.calls_for(snapshot["id"], "GET"), timeout=5)
+        await asyncio.sleep(1.0)
+        polls = len(user_service.calls_for(snapshot["id"], "GET"))
+    assert 3 <= polls <= 8

@@ -360,7 +360,7 @@ class Executor:
             return
         if stored is None or stored.is_final or stored.eid not in self._inflight:
             return
-        self.schedule(stored.eid, stored.next_poll_at or self._next_due(stored))
+        self.schedule(stored.eid, self._next_due(stored))
 
     # -- helpers --------------------------------------------------------------------------
 

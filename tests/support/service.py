@@ -57,7 +57,12 @@ class UserService:
     jobs: dict[str, Job] = field(default_factory=dict)
     #: Runs before the normal handling; answering something overrides it.
     behaviour: Behaviour | None = None
+    #: Per method, answers used once each, in order, before the normal handling.
+    script: dict[str, list[Behaviour]] = field(default_factory=dict)
+    #: Seconds the trigger's answer is held back (the job has started meanwhile).
     trigger_delay: float = 0.0
+    #: How many jobs each eid started (a deduping service never starts one twice).
+    starts: dict[str, int] = field(default_factory=dict)
     url: str = ""
 
     def calls_for(self, eid: str, method: str | None = None) -> list[Call]:
@@ -82,21 +87,32 @@ class UserService:
                 request.method, request.path_qs, eid, dict(request.headers), body, time.monotonic()
             )
         )
+        scripted = self.script.get(request.method)
+        if scripted:
+            answer = await scripted.pop(0)(request)
+            if answer is not None:
+                return answer
         if self.behaviour is not None:
             answer = await self.behaviour(request)
             if answer is not None:
                 return answer
         if request.method == "POST":
-            if self.trigger_delay:
-                await asyncio.sleep(self.trigger_delay)
-            job = self.jobs.setdefault(eid, Job(eid, time.monotonic(), self.duration))
-            return web.json_response(job.report(time.monotonic()))
+            return await self.start(eid)
         job = self.jobs.get(eid)
         if job is None:
             return web.json_response({"status": "UNKNOWN"}, status=404)
         if request.method == "DELETE":
             job.cancelled = True
         return web.json_response(job.report(time.monotonic()))
+
+    async def start(self, eid: str) -> web.Response:
+        """The normal trigger: start the job unless this eid has one (idempotent)."""
+        if eid not in self.jobs:
+            self.jobs[eid] = Job(eid, time.monotonic(), self.duration)
+            self.starts[eid] = self.starts.get(eid, 0) + 1
+        if self.trigger_delay:
+            await asyncio.sleep(self.trigger_delay)
+        return web.json_response(self.jobs[eid].report(time.monotonic()))
 
 
 async def wait_for(

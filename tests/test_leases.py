@@ -1,0 +1,178 @@
+"""Fencing and adoption: a node whose lease moved on cannot write any more, and a node that
+takes over an execution polls it before anything else (never a second trigger blindly)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from ecron.core import Execution, Status
+from ecron.ids import new_eid
+from ecron.store.migrate import upgrade
+from ecron.store.sql import SqlStore
+from ecron.store.tables import execution_table
+from tests.conftest import DaemonFactory, task
+from tests.protocol_support import ended, run_once
+from tests.support.service import UserService, wait_for
+
+
+@pytest.fixture
+def database_url(tmp_path: Path) -> str:
+    """Leases behave the same on both databases (see test_store.py): SQLite here."""
+    return f"sqlite+aiosqlite:///{tmp_path / 'ecron.db'}"
+
+
+async def take_over(store: SqlStore, eid: str, node: str) -> Execution:
+    """Another node takes ``eid``'s lease, as claim_runnable does once a lease expired
+    (here at once: the holder is as good as paused)."""
+    async with store.engines.write() as conn:
+        await conn.execute(
+            sa.update(execution_table)
+            .where(execution_table.c.eid == eid)
+            .values(
+                owner=node,
+                fence=execution_table.c.fence + 1,
+                version=execution_table.c.version + 1,
+            )
+        )
+    taken = await store.get_execution(eid)
+    assert taken is not None
+    return taken
+
+
+async def orphan(database_url: str, execution: Execution) -> None:
+    """Store ``execution`` as a node that then died would have left it."""
+    store = SqlStore.open(database_url)
+    try:
+        await upgrade(store.engines)
+        assert await store.create_execution(execution) is not None
+    finally:
+        await store.close()
+
+
+async def test_a_node_whose_lease_was_taken_over_cannot_write_the_execution_any_more(
+    make_daemon: DaemonFactory, user_service: UserService, database_url: str
+) -> None:
+    """While the daemon polls, another node takes the lease (fence 1 -> 2). The daemon's next
+    report, with new progress, is refused by the fence: it lets the execution go at once, and
+    the row keeps the intruder's lease and the state it had at the takeover."""
+    user_service.duration = 2.0  # progress moves on every poll: each poll wants a write
+    spec = task("job", f"{user_service.url}/jobs/x", poll_interval="50ms")
+    intruder = SqlStore.open(database_url)
+    try:
+        async with make_daemon([spec], lease_ttl="1h") as daemon:
+            eid = await run_once(daemon, "job")
+            await wait_for(lambda: len(user_service.calls_for(eid, "GET")) >= 2, timeout=5)
+            taken = await take_over(intruder, eid, "intruder")
+            polls = len(user_service.calls_for(eid, "GET"))
+            await wait_for(lambda: eid not in daemon.executor.inflight, timeout=5)
+            await asyncio.sleep(0.3)
+            after = await intruder.get_execution(eid)
+    finally:
+        await intruder.close()
+    assert taken.fence == 2
+    assert after is not None
+    assert (after.owner, after.fence, after.version) == ("intruder", 2, taken.version)
+    assert after.progress == taken.progress
+    assert len(user_service.calls_for(eid, "GET")) <= polls + 2  # the polls already under way
+
+
+async def test_a_node_that_lost_its_lease_learns_it_at_the_next_renewal_without_a_write(
+    make_daemon: DaemonFactory, user_service: UserService, database_url: str
+) -> None:
+    """Polls that change nothing write nothing, so the fence is not tested by them; the lease
+    renewal (every lease_ttl / 2) finds the lease gone and the node stops polling."""
+    user_service.duration = 3600
+    spec = task("job", f"{user_service.url}/jobs/x", poll_interval="50ms")
+    intruder = SqlStore.open(database_url)
+    try:
+        async with make_daemon([spec], lease_ttl="1s") as daemon:
+            eid = await run_once(daemon, "job")
+            await wait_for(lambda: len(user_service.calls_for(eid, "GET")) >= 2, timeout=5)
+            await take_over(intruder, eid, "intruder")
+            await wait_for(lambda: eid not in daemon.executor.inflight, timeout=3)
+            polls = len(user_service.calls_for(eid, "GET"))
+            await asyncio.sleep(0.3)
+    finally:
+        await intruder.close()
+    assert len(user_service.calls_for(eid, "GET")) <= polls + 1
+
+
+async def test_a_taken_over_pending_execution_whose_trigger_may_have_left_is_polled_first(
+    make_daemon: DaemonFactory, user_service: UserService, database_url: str
+) -> None:
+    """A dead node recorded the trigger but not its answer; the service did start the job.
+    The node that takes over polls the same id, finds it RUNNING, and adopts it: no POST."""
+    user_service.duration = 0.3
+    eid = new_eid()
+    await user_service.start(eid)
+    now = datetime.now(UTC)
+    await orphan(
+        database_url,
+        Execution(
+            eid=eid,
+            task="job",
+            scheduled_at=now,
+            created_at=now,
+            triggered_at=now,
+            deadline=now + timedelta(hours=1),
+            owner="dead-node",
+            lease_until=now - timedelta(minutes=1),
+            fence=1,
+        ),
+    )
+    async with make_daemon([task("job", f"{user_service.url}/jobs/x")]) as daemon:
+        execution = await ended(daemon, eid)
+    assert execution.status is Status.SUCCESS
+    assert execution.owner == daemon.node_id and execution.fence == 2
+    assert "POST" not in user_service.methods_for(eid)
+
+
+async def test_a_taken_over_pending_execution_the_service_never_saw_is_triggered_with_its_id(
+    make_daemon: DaemonFactory, user_service: UserService, database_url: str
+) -> None:
+    """The same, but the trigger never arrived: the poll answers 404, so the trigger is sent
+    with the same execution id, and the execution succeeds."""
+    user_service.duration = 0.2
+    eid = new_eid()
+    now = datetime.now(UTC)
+    await orphan(
+        database_url,
+        Execution(
+            eid=eid,
+            task="job",
+            scheduled_at=now,
+            created_at=now,
+            triggered_at=now,
+            deadline=now + timedelta(hours=1),
+            owner="dead-node",
+            lease_until=now - timedelta(minutes=1),
+            fence=1,
+        ),
+    )
+    async with make_daemon([task("job", f"{user_service.url}/jobs/x")]) as daemon:
+        execution = await ended(daemon, eid)
+    assert execution.status is Status.SUCCESS
+    assert user_service.methods_for(eid)[:2] == ["GET", "POST"]
+    assert user_service.methods_for(eid).count("POST") == 1
+
+
+async def test_a_taken_over_running_execution_is_adopted_by_polling(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """A RUNNING execution whose holder stopped is polled to its end by the next daemon,
+    with exactly one POST at the service in all."""
+    user_service.duration = 1.0
+    spec = task("job", f"{user_service.url}/jobs/x")
+    async with make_daemon([spec]) as first:
+        eid = await run_once(first, "job")
+        await wait_for(lambda: user_service.calls_for(eid, "GET"), timeout=5)
+    await asyncio.sleep(0)
+    async with make_daemon([spec]) as second:
+        execution = await ended(second, eid)
+    assert execution.status is Status.SUCCESS
+    assert user_service.methods_for(eid).count("POST") == 1

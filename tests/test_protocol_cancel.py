@@ -1,0 +1,149 @@
+"""PROTOCOL.md, "Deadline and cancel" and the cancel column: the cancel call leaves once,
+its acknowledgement is recorded, nothing is polled after it; a person's cancel likewise."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from ecron.core import Status
+from ecron.daemon import Daemon
+from tests.conftest import DaemonFactory, task
+from tests.protocol_support import ended, reply, reset, run_once, slow, times
+from tests.support.service import UserService, wait_for
+
+
+@pytest.fixture
+def database_url(tmp_path: Path) -> str:
+    """The protocol does not depend on the database: these tests use SQLite only."""
+    return f"sqlite+aiosqlite:///{tmp_path / 'ecron.db'}"
+
+
+def never_ending(service: UserService, **keys: Any) -> list[Any]:
+    """A task whose job runs far longer than its 1 s timeout."""
+    service.duration = 3600
+    values: dict[str, Any] = {"task_timeout": "1s", "request_timeout": "300ms"}
+    values.update(keys)
+    return [task("job", f"{service.url}/jobs/x", **values)]
+
+
+def after_delete(service: UserService, eid: str) -> list[str]:
+    methods = service.methods_for(eid)
+    return methods[methods.index("DELETE") + 1 :]
+
+
+async def api_cancel(daemon: Daemon, eid: str) -> tuple[int, Any]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"http://127.0.0.1:{daemon.port}/api/v1/executions/{eid}/cancel") as response,
+    ):
+        return response.status, await response.json()
+
+
+async def test_a_timed_out_execution_gets_exactly_one_delete_and_no_poll_after_it(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """Deadline = first trigger + task_timeout: then one DELETE, TIMED_OUT, acknowledged."""
+    async with make_daemon(never_ending(user_service)) as daemon:
+        eid = await run_once(daemon, "job")
+        execution = await ended(daemon, eid)
+        calls_at_end = len(user_service.calls_for(eid))
+        await asyncio.sleep(0.5)  # long enough for several more polls, had there been any
+    assert execution.status is Status.TIMED_OUT
+    assert execution.cancel_acknowledged is True
+    assert user_service.methods_for(eid).count("DELETE") == 1
+    assert after_delete(user_service, eid) == []
+    assert len(user_service.calls_for(eid)) == calls_at_end
+    assert execution.deadline is not None and execution.finished_at is not None
+    assert execution.finished_at >= execution.deadline
+
+
+async def test_the_deadline_is_enforced_even_when_the_service_never_answers_again(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """Polls hang past request_timeout (and are not enough failures to end it): the
+    scheduler itself times the execution out at its deadline."""
+    user_service.script["GET"] = times(100, slow(5.0))
+    spec = never_ending(user_service, max_probe_failures=100)
+    async with make_daemon(spec) as daemon:
+        eid = await run_once(daemon, "job")
+        execution = await ended(daemon, eid)
+    assert execution.status is Status.TIMED_OUT
+    assert user_service.methods_for(eid).count("DELETE") == 1
+
+
+@pytest.mark.parametrize(
+    ("answer", "acknowledged"),
+    [
+        (reply(200, {"status": "FAILED", "message": "cancelled"}), True),
+        (reply(404, {"status": "UNKNOWN"}), True),
+        (reply(204), True),
+        (reply(200, text="<html>bye</html>"), True),
+        (reply(400, {"error": "no"}), False),
+    ],
+    ids=["report", "404", "204", "html", "400"],
+)
+async def test_the_cancel_answer_decides_whether_it_was_acknowledged(
+    make_daemon: DaemonFactory, user_service: UserService, answer: Any, acknowledged: bool
+) -> None:
+    """2xx (with or without a report) and 404 acknowledge; another 4xx does not. One DELETE."""
+    user_service.script["DELETE"] = [answer]
+    async with make_daemon(never_ending(user_service)) as daemon:
+        eid = await run_once(daemon, "job")
+        execution = await ended(daemon, eid)
+    assert execution.status is Status.TIMED_OUT
+    assert execution.cancel_acknowledged is acknowledged
+    assert user_service.methods_for(eid).count("DELETE") == 1
+
+
+@pytest.mark.parametrize(
+    "answer", [reply(500), reply(503), slow(1.0), reset()], ids=["500", "503", "timeout", "reset"]
+)
+async def test_a_cancel_that_fails_in_transport_is_tried_once_more_then_not_acknowledged(
+    make_daemon: DaemonFactory, user_service: UserService, answer: Any
+) -> None:
+    """5xx, timeout or reset: a second DELETE, then TIMED_OUT not acknowledged; no third."""
+    user_service.script["DELETE"] = times(5, answer)
+    async with make_daemon(never_ending(user_service)) as daemon:
+        eid = await run_once(daemon, "job")
+        execution = await ended(daemon, eid)
+    assert execution.status is Status.TIMED_OUT
+    assert execution.cancel_acknowledged is False
+    methods = user_service.methods_for(eid)
+    assert methods.count("DELETE") == 2
+    assert methods[methods.index("DELETE") :] == ["DELETE", "DELETE"]
+
+
+async def test_a_person_cancels_through_the_api_and_the_execution_ends_cancelled(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """POST /api/v1/executions/{eid}/cancel: one DELETE, CANCELLED, no poll after it; a
+    second cancel answers 409 and an unknown id 404."""
+    spec = never_ending(user_service, task_timeout="1h")
+    async with make_daemon(spec) as daemon:
+        eid = await run_once(daemon, "job")
+        await wait_for(lambda: user_service.calls_for(eid, "GET"), timeout=5)
+        status, snapshot = await api_cancel(daemon, eid)
+        again, _ = await api_cancel(daemon, eid)
+        unknown, _ = await api_cancel(daemon, "no-such-id")
+        await asyncio.sleep(0.5)
+    assert status == 200
+    assert (snapshot["status"], snapshot["cancel_acknowledged"]) == ("CANCELLED", True)
+    assert (again, unknown) == (409, 404)
+    assert user_service.methods_for(eid).count("DELETE") == 1
+    assert after_delete(user_service, eid) == []
+
+
+async def test_reports_after_a_cancel_change_nothing(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """Once TIMED_OUT, a late SUCCESS (here from the cancel's own answer) does not move it."""
+    user_service.script["DELETE"] = [reply(200, {"status": "SUCCESS", "progress": 100})]
+    async with make_daemon(never_ending(user_service)) as daemon:
+        eid = await run_once(daemon, "job")
+        execution = await ended(daemon, eid)
+    assert execution.status is Status.TIMED_OUT
