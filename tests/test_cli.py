@@ -45,6 +45,10 @@ def write_config(directory: Path, port: int, service_port: int) -> None:
         "    schedule: manual\n"
         f"    url: http://127.0.0.1:{service_port}/jobs/hello\n"
         "    poll_interval: 200ms\n"
+        "  - name: long\n"
+        "    schedule: manual\n"
+        f"    url: http://127.0.0.1:{service_port}/jobs/long\n"
+        "    body: {duration: 60s}\n"
     )
 
 
@@ -85,7 +89,8 @@ def test_ecron_run_serves_the_api_runs_a_task_and_stops_cleanly_on_sigterm(
     tmp_path: Path, example_service: int
 ) -> None:
     """`ecron run -c DIR` migrates, serves /healthz and the API, `ecron trigger --wait` follows a
-    run to SUCCESS (exit 0), and SIGTERM ends the daemon with exit status 0."""
+    run to SUCCESS (exit 0), `ecron cancel` stops a long one, and SIGTERM ends the daemon with
+    exit status 0."""
     port = free_port()
     write_config(tmp_path, port, example_service)
     daemon = subprocess.Popen(ecron("run", "-c", str(tmp_path)), stderr=subprocess.PIPE, text=True)
@@ -106,6 +111,15 @@ def test_ecron_run_serves_the_api_runs_a_task_and_stops_cleanly_on_sigterm(
             ecron("executions", "--api", api), capture_output=True, text=True, timeout=30
         )
         assert "hello" in listing.stdout and "SUCCESS" in listing.stdout
+        started = subprocess.run(
+            ecron("trigger", "long", "--api", api), capture_output=True, text=True, timeout=30
+        )
+        eid = started.stdout.split()[-1]
+        cancelled = subprocess.run(
+            ecron("cancel", eid, "--api", api), capture_output=True, text=True, timeout=30
+        )
+        assert cancelled.returncode == 0, cancelled.stderr
+        assert "CANCELLED" in cancelled.stdout and "acknowledged" in cancelled.stdout
     finally:
         daemon.send_signal(signal.SIGTERM)
         _, logs = daemon.communicate(timeout=20)

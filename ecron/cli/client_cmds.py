@@ -170,3 +170,20 @@ def show(eid: str, as_json: bool, api: str, token: str | None) -> None:
                 step["remote_id"],
             )
         console.print(steps)
+
+
+@cli.command()
+@click.argument("eid")
+@api_options
+def cancel(eid: str, api: str, token: str | None) -> None:
+    """Cancel execution EID: the cancel call goes to the user service once, then CANCELLED."""
+    try:
+        _, snapshot = _client(api, token).post(f"/api/v1/executions/{eid}/cancel")
+    except ApiError as exc:
+        _fail(exc)
+        return
+    acknowledged = {True: "acknowledged", False: "not acknowledged", None: "not sent"}
+    Console().print(
+        f"{eid} {status_text(snapshot)}; the cancel call was "
+        f"{acknowledged[snapshot['cancel_acknowledged']]}"
+    )
