@@ -1,7 +1,8 @@
 """An example user service for ecron: long-running jobs behind the HTTP task protocol.
 
-Copy it as a starting point for your own service. It depends only on aiohttp and
-the standard library, keeps its jobs in memory, and serves (see docs/protocol.md):
+Copy it as a starting point for your own service. It depends on aiohttp, the
+standard library and ``ecron.signing.verify`` (to check ``X-Ecron-Signature``),
+keeps its jobs in memory, and serves (see docs/protocol.md):
 
 - ``POST /jobs/{kind}``: trigger. Starts a job for the eid in ``X-Ecron-Execution-Id``,
   or answers the current report of the job already started for that eid.
@@ -16,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
-import hmac
 import json
 import logging
 import os
@@ -30,18 +29,17 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
+from ecron.signing import verify
+
 log = logging.getLogger("job_service")
 
 #: Finished jobs stay answerable this long (seconds), and at most this many are kept.
 KEEP_FINISHED_SECONDS = 3600.0
 KEEP_FINISHED_MAX = 10_000
-#: A signature whose ``t`` is further than this from our clock (seconds) is refused.
-SIGNATURE_TOLERANCE_SECONDS = 300
 #: How many progress steps a job takes on its way to 100.
 TICKS = 20
 
 _REMOTE_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-_HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)?")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -85,31 +83,6 @@ class Job:
         log.info("job %s/%s ended %s: %s", self.kind, self.eid, status, message)
 
 
-def verify_signature(
-    secret: str, header: str, method: str, target: str, body: bytes, now: float
-) -> bool:
-    """Check ``X-Ecron-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256>`` (PROTOCOL.md).
-
-    The signed text is ``"<t>.<METHOD>.<target>.<body>"``: ``target`` is the raw
-    path as sent plus ``?query``, ``body`` the exact bytes received.
-    """
-    fields: dict[str, list[str]] = {}
-    for part in header.split(","):
-        key, _, value = part.strip().partition("=")
-        fields.setdefault(key, []).append(value)
-    stamps = fields.get("t", [])
-    if len(stamps) != 1 or not re.fullmatch(r"[0-9]{1,12}", stamps[0]):
-        return False
-    if abs(int(stamps[0]) - now) > SIGNATURE_TOLERANCE_SECONDS:
-        return False
-    signed = f"{stamps[0]}.{method.upper()}.{target}.".encode() + body
-    expected = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest().encode()
-    return any(
-        _HEX_DIGEST.fullmatch(given) and hmac.compare_digest(expected, given.encode())
-        for given in fields.get("v1", [])
-    )
-
-
 def parse_duration(value: Any, default: float) -> float:
     """Seconds from a number or from text like ``"8s"``, ``"500ms"``, ``"2m"``."""
     if value is None:
@@ -148,10 +121,10 @@ class JobService:
         if not _REMOTE_ID.fullmatch(eid):
             return _error(400, "X-Ecron-Execution-Id is missing or not 1-64 of [A-Za-z0-9_.-]")
         kind = request.match_info["kind"]
+        raw = await request.read()  # before the lookup: no await between it and the insert
         if (job := self.jobs.get((kind, eid))) is not None:
             return web.json_response(job.report())  # idempotent: the same eid is the same job
         try:
-            raw = await request.read()
             params = json.loads(raw) if raw.strip() else {}
             if not isinstance(params, dict):
                 raise ValueError("the body must be a JSON object")
@@ -233,8 +206,11 @@ def signature_middleware(secret: str) -> Middleware:
     async def check_signature(request: web.Request, handler: Handler) -> web.StreamResponse:
         header = request.headers.get("X-Ecron-Signature", "")
         body = await request.read()  # aiohttp keeps the bytes, so the handler can read them again
-        now = time.time()
-        if not verify_signature(secret, header, request.method, request.raw_path, body, now):
+        try:  # raw_path is the target as sent (path and ?query, not decoded)
+            valid = verify(secret, header, request.method, request.raw_path, body)
+        except (ValueError, OverflowError):  # a ``t`` too long to be a time
+            valid = False
+        if not valid:
             return _error(401, "X-Ecron-Signature is missing, wrong or too old")
         return await handler(request)
 

@@ -15,7 +15,7 @@ from ecron.core import Reason, Status
 from ecron.daemon import Daemon
 from ecron.signing import callback_token
 from tests.conftest import DaemonFactory, task
-from tests.protocol_support import ended, reply, run_once
+from tests.protocol_support import ended, reply, run_once, started_then_slow
 from tests.support.service import UserService, wait_for
 
 PUBLIC = "http://ecron.example:8080"
@@ -85,6 +85,8 @@ async def test_callback_answers_come_in_the_order_404_401_400_409_200(
         assert (await push(daemon, eid, None, token, raw=b"<html>"))[0] == 400
         assert (await push(daemon, eid, {"status": "DONE"}, token))[0] == 400
         assert (await push(daemon, eid, {"status": "UNKNOWN"}, token))[0] == 400
+        nested = b"[" * 100_000 + b"]" * 100_000
+        assert (await push(daemon, eid, None, token, raw=nested))[0] == 400
         status, snapshot = await push(daemon, eid, {"status": "running", "progress": 60}, token)
         assert (status, snapshot["status"], snapshot["progress"]) == (200, "RUNNING", 60)
         status, snapshot = await push(daemon, eid, {"status": "SUCCESS", "result": [1]}, token)
@@ -201,3 +203,29 @@ async def test_callback_mode_follows_pushed_reports_to_success(
         100.0,
     )
     assert user_service.methods_for(eid) == ["POST"]
+
+
+async def test_callback_mode_resolves_an_unknown_trigger_outcome_by_sending_it_again_not_by_polling(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """mode: callback is never polled, not even after a lost trigger answer: the trigger is sent
+    again with the same id, and the (deduping) service answers with the running job's report."""
+    user_service.duration = 3600
+    user_service.script["POST"] = [started_then_slow(user_service, 1.0)]
+    spec = task(
+        "job",
+        f"{user_service.url}/jobs/x",
+        mode="callback",
+        request_timeout="300ms",
+        trigger_retry={"attempts": 3, "backoff": "20ms"},
+    )
+    async with make_daemon([spec], public_url=PUBLIC) as daemon:
+        eid = await run_once(daemon, "job")
+
+        async def running() -> bool:
+            e = await daemon.store.get_execution(eid)
+            return e is not None and e.status is Status.RUNNING
+
+        await wait_for(running, timeout=5)
+    assert user_service.methods_for(eid) == ["POST", "POST"]
+    assert user_service.starts[eid] == 1

@@ -19,6 +19,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from yarl import URL
 
+from ecron.signing import verify
+
 SECRET = "example-secret"
 WAIT = 5.0  # the longest any test waits for the service, seconds
 
@@ -135,6 +137,24 @@ async def test_a_second_trigger_with_the_same_eid_starts_nothing_new(client: Cli
     assert await trigger(client, "eid-twice", {"duration": "10s"}) == final
 
 
+async def test_two_triggers_with_the_same_eid_at_once_start_one_job(client: Client) -> None:
+    """Two triggers for one eid whose bodies arrive slowly, side by side, start one job."""
+
+    async def slow_body() -> AsyncIterator[bytes]:
+        yield b'{"duration": '
+        await asyncio.sleep(0.1)
+        yield b'"1s"}'
+
+    async def send() -> int:
+        headers = ecron_headers("eid-racing")
+        response = await client.post("/jobs/report", data=slow_body(), headers=headers)
+        return response.status
+
+    assert await asyncio.gather(send(), send()) == [200, 200]
+    runners = [task for task in asyncio.all_tasks() if task.get_name() == "job report/eid-racing"]
+    assert len(runners) == 1
+
+
 async def test_an_unknown_eid_is_answered_404_unknown_by_poll_and_cancel(client: Client) -> None:
     """Polling or cancelling an eid the service never saw answers 404 with status UNKNOWN."""
     headers = ecron_headers("eid-never-seen")
@@ -240,7 +260,7 @@ BAD_SIGNATURES: dict[str, tuple[str, int, str, str] | None] = {
 }
 
 
-@pytest.mark.parametrize("why", [*BAD_SIGNATURES, "other body", "garbled"])
+@pytest.mark.parametrize("why", [*BAD_SIGNATURES, "other body", "garbled", "huge t", "endless t"])
 async def test_a_request_with_a_bad_or_stale_signature_is_refused_401(
     signed_client: Client, why: str
 ) -> None:
@@ -251,6 +271,9 @@ async def test_a_request_with_a_bad_or_stale_signature_is_refused_401(
         headers["X-Ecron-Signature"] = signature(SECRET, now, "POST", "/jobs/report?q=1", b"[]")
     elif why == "garbled":
         headers["X-Ecron-Signature"] = "t=abc,v1=zz"
+    elif why in ("huge t", "endless t"):  # too large for a float; past int()'s digit limit
+        digits = 400 if why == "huge t" else 5000
+        headers["X-Ecron-Signature"] = f"t={'9' * digits},v1={'0' * 64}"
     elif (bad := BAD_SIGNATURES[why]) is not None:
         secret, offset, method, target = bad
         headers["X-Ecron-Signature"] = signature(secret, now + offset, method, target, b"{}")
@@ -271,8 +294,8 @@ WORKED_POLL = "d02195920d118418ca9a75c8ade436b07e689f84acf9f159ee1b2064f9da1dd8"
 
 
 def test_the_worked_signing_example_in_the_docs_verifies() -> None:
-    """verify_signature accepts docs/protocol.md's worked example, and nothing close to it."""
-    verify = job_service.verify_signature
+    """ecron.signing.verify, which the example uses, accepts docs/protocol.md's worked
+    example, and nothing close to it."""
     trigger = ("/jobs/nightly?region=eu", b'{"kind":"full"}')
     poll = ("/jobs/nightly/01JGZ3V8Q4N2B6C9D0E1F2G3H4?region=eu", b"")
     header = f"t={WORKED_T},v1={WORKED_TRIGGER}"

@@ -235,8 +235,13 @@ async def test_an_unknown_outcome_that_the_service_then_denies_ends_trigger_fail
 
 @pytest.mark.parametrize(
     "answer",
-    [reply(200, text="<html>ok</html>"), reply(200, {"progress": 5}), huge()],
-    ids=["html", "no-status", "10MiB"],
+    [
+        reply(200, text="<html>ok</html>"),
+        reply(200, {"progress": 5}),
+        huge(),
+        reply(200, text="[" * 100_000 + "]" * 100_000),
+    ],
+    ids=["html", "no-status", "10MiB", "nested-200000-deep"],
 )
 async def test_a_trigger_answered_2xx_without_a_valid_report_ends_protocol_error(
     make_daemon: DaemonFactory, user_service: UserService, answer: Any

@@ -45,7 +45,8 @@ def test_verify_accepts_the_right_signature_and_refuses_every_other() -> None:
     assert not verify(SECRET, good, "GET", "/jobs/x/e1", b"x", now=now)
     assert not verify(SECRET, good, "GET", "/jobs/x/e1", b"", now=now + 301)
     assert not verify(SECRET, good, "GET", "/jobs/x/e1", b"", now=now - 301)
-    for broken in ("", "t=abc,v1=00", f"t={now}", "v1=" + "0" * 64, f"t={now},v1=é"):
+    huge_t = "t=" + "9" * 5000 + ",v1=" + "a" * 64
+    for broken in ("", "t=abc,v1=00", f"t={now}", "v1=" + "0" * 64, f"t={now},v1=é", huge_t):
         assert not verify(SECRET, broken, "GET", "/jobs/x/e1", b"", now=now)
 
 

@@ -101,8 +101,8 @@ async def report(request: web.Request) -> web.Response:
         )
     try:
         parsed = parse_report(json.loads(await request.read()))
-    except (ValueError, InvalidReport) as exc:
-        return error(400, "not a valid report", str(exc)[:500])
+    except (ValueError, InvalidReport, RecursionError) as exc:  # deep nesting: not a report
+        return error(400, "not a valid report", str(exc)[:500] or type(exc).__name__)
     if parsed.status is RemoteStatus.UNKNOWN:
         return error(400, "not a valid report", "a callback cannot report UNKNOWN")
     if execution.is_final:

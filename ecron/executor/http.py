@@ -204,8 +204,9 @@ def classify(
             )
         try:
             report = parse_report(json.loads(content))
-        except (ValueError, InvalidReport) as exc:
-            return CallOutcome(OutcomeKind.BAD_REPORT, http_status=status, detail=str(exc)[:200])
+        except (ValueError, InvalidReport, RecursionError) as exc:  # deep nesting: not a report
+            detail = str(exc)[:200] or type(exc).__name__
+            return CallOutcome(OutcomeKind.BAD_REPORT, http_status=status, detail=detail)
         kind = OutcomeKind.UNKNOWN if report.status is RemoteStatus.UNKNOWN else OutcomeKind.REPORT
         return CallOutcome(kind, report=report, http_status=status)
     if status == 404:

@@ -148,7 +148,7 @@ class Executor:
         execution = await self.store.get_execution(eid)
         if execution is None:
             raise NotFound(f"no execution {eid!r}")
-        self._warn_ignored(execution, report)
+        self.warn_ignored(execution, report)
         event = Reported(report, Channel.CALLBACK)
         transition, stored = await self.record(execution, event, as_owner=False)
         if transition.cancel_due:
@@ -310,7 +310,7 @@ class Executor:
             return
         outcome = await self.caller.poll(call, ctx)
         if outcome.report is not None:
-            self._warn_ignored(execution, outcome.report)
+            self.warn_ignored(execution, outcome.report)
         if eid in self.stopping:
             return  # a cancel started while this poll was out: its answer no longer counts
         transition, stored = await self.record(execution, poll_event(outcome, call))
@@ -379,7 +379,8 @@ class Executor:
         )
         return spec.call(number), ctx
 
-    def _warn_ignored(self, execution: Execution, report: Report) -> None:
+    def warn_ignored(self, execution: Execution, report: Report) -> None:
+        """Log each part of a report that was ignored (e.g. a progress that is not a number)."""
         for warning in report.warnings:
             log.warning(
                 "report_field_ignored",

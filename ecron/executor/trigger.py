@@ -69,7 +69,22 @@ class _StopAtDeadline(stop_base):
 
 
 async def run_trigger(executor: Executor, execution: Execution) -> None:
-    """Deliver the trigger of a PENDING ``execution`` this node holds, and record the answer."""
+    """Deliver the trigger of a PENDING ``execution`` this node holds, and record the answer.
+
+    Whatever goes wrong unexpectedly, the execution is handed to the poller, so that its
+    deadline is still kept.
+    """
+    try:
+        await _run_trigger(executor, execution)
+    except Exception:
+        log.exception(
+            "trigger_failed_unexpectedly", task=execution.task, execution_id=execution.eid
+        )
+        if execution.eid in executor.inflight:
+            executor.schedule(execution.eid, executor.clock.now())
+
+
+async def _run_trigger(executor: Executor, execution: Execution) -> None:
     call, ctx = executor.call_of(execution)
     probe_first = execution.triggered_at is not None  # adopted: a trigger may have left already
     if execution.triggered_at is None:
@@ -93,7 +108,10 @@ async def run_trigger(executor: Executor, execution: Execution) -> None:
     outcome: CallOutcome = await retrying(attempt)
     if attempt.abandoned:
         return
-    if outcome.kind is OutcomeKind.NO_ANSWER and attempt.probe_first:
+    if outcome.report is not None:
+        executor.warn_ignored(execution, outcome.report)
+    unknown = attempt.probe_first or call.mode == "callback"
+    if outcome.kind is OutcomeKind.NO_ANSWER and unknown:
         log.warning(
             "trigger_outcome_unknown",
             task=execution.task,
@@ -121,6 +139,10 @@ class _Attempt:
         self.tries += 1
         if self.tries > 1 and await self._abandon():
             return CallOutcome(OutcomeKind.UNSENT, detail="the execution moved on")
+        if self.call.mode == "callback":
+            # Never polled: the trigger itself, sent again with the same id, is the probe
+            # (the service answers a known id with its current report).
+            return await self.executor.caller.trigger(self.call, self.ctx)
         caller = self.executor.caller
         if self.probe_first:
             probe = await caller.poll(self.call, self.ctx)
@@ -134,6 +156,8 @@ class _Attempt:
         if outcome.kind is not OutcomeKind.NO_ANSWER:
             return outcome
         self.probe_first = True
+        if self.executor.is_stopping(self.ctx.eid):
+            return outcome  # cancelled meanwhile: nothing more is sent
         probe = await caller.poll(self.call, self.ctx)
         if probe.kind is OutcomeKind.REPORT:
             return probe
