@@ -147,3 +147,15 @@ async def test_reports_after_a_cancel_change_nothing(
         eid = await run_once(daemon, "job")
         execution = await ended(daemon, eid)
     assert execution.status is Status.TIMED_OUT
+
+
+async def test_a_cancel_that_cannot_be_sent_is_tried_once_more_then_not_acknowledged(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """cancel_url on a port where nothing listens: two tries, TIMED_OUT, not acknowledged."""
+    spec = never_ending(user_service, cancel_url="http://127.0.0.1:9/stop/{execution_id}")
+    async with make_daemon(spec) as daemon:
+        eid = await run_once(daemon, "job")
+        execution = await ended(daemon, eid)
+    assert (execution.status, execution.cancel_acknowledged) == (Status.TIMED_OUT, False)
+    assert "DELETE" not in user_service.methods_for(eid)

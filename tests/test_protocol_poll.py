@@ -188,3 +188,40 @@ async def test_poll_and_cancel_urls_follow_their_templates_and_default_to_the_ur
     post, get = user_service.calls_for(eid)[:2]
     assert post.path == "/jobs/x?team=data"
     assert get.path == f"/jobs/x/{eid}?team=data"
+
+
+async def test_poll_and_cancel_templates_fill_in_url_execution_id_and_task(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """poll_url and cancel_url templates get {url}, {execution_id} and {task} filled in."""
+    user_service.duration = 3600
+    spec = [
+        task(
+            "job",
+            f"{user_service.url}/jobs/x",
+            poll_url="{url}/{execution_id}?view=status&task={task}",
+            cancel_url=user_service.url + "/jobs/{task}/{execution_id}",
+            task_timeout="600ms",
+        )
+    ]
+    async with make_daemon(spec) as daemon:
+        eid = await run_once(daemon, "job")
+        await ended(daemon, eid)
+    calls = user_service.calls_for(eid)
+    assert calls[1].path == f"/jobs/x/{eid}?view=status&task=job"
+    assert calls[-1].method == "DELETE" and calls[-1].path == f"/jobs/job/{eid}"
+
+
+async def test_the_task_headers_are_sent_and_the_protocol_headers_win_over_them(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """headers: from the task are on every call; a task header named like a protocol header
+    does not replace the protocol's value."""
+    user_service.duration = 0.1
+    headers = {"Authorization": "Bearer t0k", "x-ecron-task": "spoofed"}
+    async with make_daemon(job(user_service, headers=headers)) as daemon:
+        eid = await run_once(daemon, "job")
+        await ended(daemon, eid)
+    for call in user_service.calls_for(eid):
+        assert call.headers["Authorization"] == "Bearer t0k"
+        assert [v for k, v in call.headers.items() if k.lower() == "x-ecron-task"] == ["job"]

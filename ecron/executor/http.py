@@ -16,6 +16,7 @@ from enum import StrEnum
 from urllib.parse import quote
 
 import aiohttp
+from multidict import CIMultiDict
 from yarl import URL
 
 from ecron.clock import iso
@@ -121,17 +122,14 @@ class HttpCaller:
 
     def headers(
         self, method: str, url: URL, call: CallSettings, ctx: CallContext, body: bytes
-    ) -> dict[str, str]:
-        """Every header of one call: the task's own, then the protocol's (which win)."""
-        headers = dict(call.headers)
-        headers.update(
-            {
-                "X-Ecron-Execution-Id": ctx.remote_id,
-                "X-Ecron-Task": ctx.task,
-                "X-Ecron-Scheduled-At": iso(ctx.scheduled_at) or "",
-                "X-Ecron-Attempt": str(ctx.attempt),
-            }
-        )
+    ) -> CIMultiDict[str]:
+        """Every header of one call: the task's own, then the protocol's, which replace any
+        task header of the same name (names compare without regard to case)."""
+        headers = CIMultiDict(call.headers)
+        headers["X-Ecron-Execution-Id"] = ctx.remote_id
+        headers["X-Ecron-Task"] = ctx.task
+        headers["X-Ecron-Scheduled-At"] = iso(ctx.scheduled_at) or ""
+        headers["X-Ecron-Attempt"] = str(ctx.attempt)
         if ctx.deadline is not None:
             headers["X-Ecron-Deadline"] = iso(ctx.deadline) or ""
         if ctx.resume_of is not None:

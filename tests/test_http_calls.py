@@ -1,0 +1,80 @@
+"""The HTTP side of the executor, piece by piece: URLs, headers, and how answers are read."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import aiohttp
+import pytest
+from yarl import URL
+
+from ecron.config.model import CallSettings
+from ecron.executor.http import (
+    BODY_LIMIT,
+    CallContext,
+    HttpCaller,
+    OutcomeKind,
+    classify,
+    default_target,
+    expand,
+)
+
+CTX = CallContext(
+    remote_id="e1",
+    eid="e1",
+    task="job",
+    scheduled_at=datetime(2026, 1, 1, tzinfo=UTC),
+    deadline=None,
+    attempt=2,
+)
+
+
+async def test_protocol_headers_replace_task_headers_of_the_same_name_in_any_case() -> None:
+    """A task header spelt like a protocol header, in another case, does not survive."""
+    call = CallSettings(url="http://h/jobs", headers={"x-ecron-task": "spoofed", "X-Team": "a"})
+    async with aiohttp.ClientSession() as session:
+        caller = HttpCaller(session, public_url=None, callback_secret="s")
+        headers = caller.headers("GET", URL("http://h/jobs/e1"), call, CTX, b"")
+    assert headers.getall("X-Ecron-Task") == ["job"]
+    assert headers["X-Team"] == "a" and headers["X-Ecron-Attempt"] == "2"
+    assert "X-Ecron-Deadline" not in headers and "X-Ecron-Callback-Url" not in headers
+
+
+def test_the_default_poll_url_appends_the_encoded_id_to_the_path_and_keeps_the_query() -> None:
+    """http://h/jobs/ok?x=1 polls http://h/jobs/ok/<eid>?x=1; an id is URL-encoded."""
+    assert str(default_target("http://h/jobs/ok?x=1", "e1")) == "http://h/jobs/ok/e1?x=1"
+    assert str(default_target("http://h/jobs/ok/", "e1.2")) == "http://h/jobs/ok/e1.2"
+    call = CallSettings(url="http://h/a", poll_url="{url}/s/{execution_id}?t={task}")
+    assert str(expand(call.poll_url, call, CTX)) == "http://h/a/s/e1?t=job"
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "kind"),
+    [
+        (200, b'{"status": "RUNNING"}', OutcomeKind.REPORT),
+        (201, b'{"status": "success"}', OutcomeKind.REPORT),
+        (200, b'{"status": "UNKNOWN"}', OutcomeKind.UNKNOWN),
+        (404, b"", OutcomeKind.UNKNOWN),
+        (400, b"", OutcomeKind.REJECTED),
+        (301, b"", OutcomeKind.REJECTED),
+        (408, b"", OutcomeKind.TRANSIENT),
+        (429, b"", OutcomeKind.TRANSIENT),
+        (500, b"", OutcomeKind.TRANSIENT),
+        (200, b"<html>", OutcomeKind.BAD_REPORT),
+        (200, b'{"status": 3}', OutcomeKind.BAD_REPORT),
+        (204, b"", OutcomeKind.BAD_REPORT),
+    ],
+)
+def test_each_answer_is_read_as_the_protocol_table_says(
+    status: int, body: bytes, kind: OutcomeKind
+) -> None:
+    """classify() follows PROTOCOL.md's outcome table."""
+    assert classify(status, body, False).kind is kind
+
+
+def test_a_body_over_the_cap_is_a_protocol_error_and_retry_after_is_read_in_seconds() -> None:
+    """Too big: BAD_REPORT naming the cap. Retry-After on 429/503 only."""
+    too_big = classify(200, b"", True)
+    assert too_big.kind is OutcomeKind.BAD_REPORT and str(BODY_LIMIT) in too_big.detail
+    assert classify(503, b"", False, {"Retry-After": "7"}).retry_after == 7.0
+    assert classify(500, b"", False, {"Retry-After": "7"}).retry_after is None
