@@ -152,20 +152,30 @@ class Daemon:
         await self.scheduler.finished(execution)
 
     async def _keep_alive(self) -> None:
-        """Heartbeat and lease renewal at half the lease TTL; a lease not renewed is let go."""
+        """Heartbeat and lease renewal at half the lease TTL; a lease not renewed is let go.
+
+        When the database cannot be reached long enough for this node's leases to expire,
+        it lets go of everything: another node may have taken over meanwhile.
+        """
         interval = self.settings.lease_ttl.total_seconds() / 2
+        valid_until = self.clock.now() + self.settings.lease_ttl
         while True:
             await asyncio.sleep(interval)
             now = self.clock.now()
+            held = list(self.executor.inflight)
             try:
                 await self.store.heartbeat(self.node_id, now)
-                held = list(self.executor.inflight)
                 renewed = await self.store.renew_leases(
                     self.node_id, held, now + self.settings.lease_ttl
                 )
             except Exception:
-                log.exception("lease_renewal_failed")
+                log.exception("lease_renewal_failed", leases=len(held))
+                if self.clock.now() >= valid_until:
+                    log.error("leases_expired_unrenewed", released=len(held))
+                    for eid in held:
+                        self.executor.forget(eid)
                 continue
+            valid_until = now + self.settings.lease_ttl
             for eid in set(held) - renewed:
                 log.warning("lease_lost", execution_id=eid)
                 self.executor.forget(eid)

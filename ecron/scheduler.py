@@ -3,7 +3,9 @@
 Fire times are claimed a little ahead (``prefetch``), so the trigger can
 leave exactly at the fire time: the loop sleeps until the earliest claimed
 start, not until its next ``tick``. ``tick`` only bounds how long it goes
-without looking for work that other nodes or the API created.
+without looking for work that other nodes or the API created. The rules
+themselves (misfire, overlap, retries, pause) are pure functions in
+``ecron.planning``.
 """
 
 from __future__ import annotations
@@ -11,9 +13,8 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Mapping
 from contextlib import suppress
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import structlog
@@ -21,90 +22,24 @@ import structlog
 from ecron.clock import Clock
 from ecron.config.model import DaemonSettings, TaskSpec
 from ecron.core import Execution, Reason, Skipped, Status, TriggerKind
+from ecron.errors import Conflict, NotFound
 from ecron.executor.runner import Executor
 from ecron.ids import new_eid
-from ecron.schedules import ScheduleKind, jitter_offset, missed_fire_times, next_fire_time
-from ecron.store.base import FirePlan, Store, TaskState
+from ecron.planning import (
+    Claim,
+    outcome_of,
+    overlapping,
+    pause_reason,
+    plan_fires,
+    plan_retry,
+)
+from ecron.schedules import ScheduleKind, jitter_offset, next_fire_time
+from ecron.store.base import Store, TaskState
 
 log = structlog.get_logger(__name__)
 
-#: At most this many fire times of one task are handled in one claim.
-MAX_FIRES_PER_CLAIM = 100
-#: At most this many tasks are claimed in one transaction.
+#: At most this many tasks, or abandoned executions, are claimed in one transaction.
 CLAIM_BATCH = 200
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """Who claims, when, and for how long: what a plan needs besides the task."""
-
-    node: str
-    now: datetime
-    horizon: datetime
-    lease_until: datetime
-    new_id: Callable[[], str] = new_eid
-
-
-def plan_fires(task: TaskState, claim: Claim) -> FirePlan:
-    """Decide which of a task's due fire times run, which are SKIPPED, and the next one.
-
-    Pure: ``claim.now`` is the time. A fire time more than ``misfire.grace``
-    late follows ``misfire.policy``: ``skip`` records all late ones SKIPPED
-    ``misfire``; ``run_once`` runs the latest late one and skips the rest;
-    ``run_all`` runs them all. Fire times still on time always run.
-    """
-    spec = task.spec
-    assert task.next_fire_at is not None
-    due, following = missed_fire_times(
-        spec.fire_schedule, task.next_fire_at, claim.horizon, MAX_FIRES_PER_CLAIM
-    )
-    late = [when for when in due if claim.now - when > spec.misfire.grace]
-    run = [when for when in due if when not in late]
-    skip: list[datetime] = []
-    if spec.misfire.policy == "run_all":
-        run = late + run
-    elif spec.misfire.policy == "run_once" and late:
-        run = [late[-1], *run]
-        skip = late[:-1]
-    else:
-        skip = late
-    if spec.fire_schedule.kind is ScheduleKind.AFTER:
-        # Fixed delay: the next fire time is set when the execution ends; if none runs, from now.
-        following = None if run else next_fire_time(spec.fire_schedule, claim.now, claim.now)
-    executions = [_pending(task.name, when, claim) for when in run]
-    executions += [_skipped(task.name, when, claim) for when in skip]
-    return FirePlan(next_fire_at=following, executions=executions)
-
-
-def _pending(task: str, when: datetime, claim: Claim) -> Execution:
-    return Execution(
-        eid=claim.new_id(),
-        task=task,
-        scheduled_at=when,
-        created_at=claim.now,
-        owner=claim.node,
-        lease_until=claim.lease_until,
-        fence=1,
-    )
-
-
-def _skipped(task: str, when: datetime, claim: Claim) -> Execution:
-    return Execution(
-        eid=claim.new_id(),
-        task=task,
-        scheduled_at=when,
-        created_at=claim.now,
-        status=Status.SKIPPED,
-        reason=Reason.MISFIRE,
-        message="the fire time was found too late (misfire policy)",
-        finished_at=claim.now,
-    )
-
-
-def overlapping(execution: Execution, active: Sequence[Execution]) -> list[Execution]:
-    """The active executions that started (or were due) before ``execution``."""
-    mine = (execution.scheduled_at, execution.eid)
-    return [other for other in active if (other.scheduled_at, other.eid) < mine]
 
 
 class Scheduler:
@@ -170,14 +105,18 @@ class Scheduler:
         with suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout=timeout)
 
-    async def claim_fires(self, now: datetime) -> None:
-        """Claim the fire times due before ``now + prefetch`` and line them up to start."""
-        claim = Claim(
+    def claim(self, now: datetime) -> Claim:
+        """This node's claim at ``now``: its id, the prefetch horizon, the lease."""
+        return Claim(
             node=self.node_id,
             now=now,
             horizon=now + self.settings.prefetch,
             lease_until=now + self.settings.lease_ttl,
         )
+
+    async def claim_fires(self, now: datetime) -> None:
+        """Claim the fire times due before ``now + prefetch`` and line them up to start."""
+        claim = self.claim(now)
         claimed = await self.store.claim_due_fires(
             claim.horizon, CLAIM_BATCH, lambda task, _active: plan_fires(task, claim)
         )
@@ -187,44 +126,72 @@ class Scheduler:
                     "fire_skipped",
                     task=execution.task,
                     scheduled_at=execution.scheduled_at.isoformat(),
-                    reason="misfire",
+                    reason=str(execution.reason),
                 )
                 continue
             self._line_up(execution)
 
     def _line_up(self, execution: Execution) -> None:
-        """Hold a claimed, never-triggered execution until its fire time (plus jitter)."""
+        """Hold a claimed, never-triggered execution until it is due: its fire time plus
+        jitter, or for a retry its ``next_poll_at`` (the end of its backoff)."""
         spec = self.specs.get(execution.task)
-        delay = timedelta(0)
+        due = execution.scheduled_at
         if spec is not None:
-            delay = jitter_offset(execution.task, execution.scheduled_at, spec.jitter)
+            due += jitter_offset(execution.task, execution.scheduled_at, spec.jitter)
+        if execution.next_poll_at is not None:
+            due = max(due, execution.next_poll_at)
         self.executor.hold(execution)
-        heapq.heappush(self._starts, (execution.scheduled_at + delay, next(self._seq), execution))
+        heapq.heappush(self._starts, (due, next(self._seq), execution))
+        if self._starts[0][2] is execution:
+            self.wake()
 
     async def start_due(self, now: datetime) -> None:
         """Start every lined-up execution whose time has come."""
         while self._starts and self._starts[0][0] <= now:
             _, _, execution = heapq.heappop(self._starts)
             held = self.executor.inflight.get(execution.eid)
-            if held is None:
-                continue  # the lease was lost meanwhile
+            if held is None or held.is_final:
+                continue  # the lease was lost, or it was cancelled, meanwhile
             await self._guarded(self._start(held), "start_failed")
 
     async def _start(self, execution: Execution) -> None:
+        """Apply pause and concurrency at the moment of starting, then trigger."""
         spec = self.specs.get(execution.task)
-        if spec is not None and spec.concurrency == "forbid":
+        task = await self.store.get_task(execution.task)
+        if spec is None or task is None or task.retired:
+            await self._skip(execution, Reason.PAUSED, "the task is no longer in the config")
+            return
+        if task.paused and execution.trigger_kind is not TriggerKind.MANUAL:
+            await self._skip(execution, Reason.PAUSED, task.paused_reason or "the task is paused")
+            return
+        if spec.concurrency != "allow":
             active = overlapping(execution, await self.store.active_executions(execution.task))
-            if active:
+            if active and spec.concurrency == "forbid":
                 message = f"execution {active[0].eid} was still {active[0].status}"
-                await self.executor.record(execution, Skipped(Reason.OVERLAP, message))
-                log.info(
-                    "fire_skipped",
-                    task=execution.task,
-                    execution_id=execution.eid,
-                    reason="overlap",
-                )
+                await self._skip(execution, Reason.OVERLAP, message)
                 return
+            await self._replace(active, execution)
         self.executor.start(execution)
+
+    async def _skip(self, execution: Execution, reason: Reason, message: str) -> None:
+        await self.executor.record(execution, Skipped(reason, message))
+        log.info(
+            "fire_skipped", task=execution.task, execution_id=execution.eid, reason=str(reason)
+        )
+
+    async def _replace(self, active: list[Execution], execution: Execution) -> None:
+        """``concurrency: replace``: cancel the older active executions through the protocol."""
+        for other in active:
+            try:
+                await self.executor.cancel(other.eid, f"replaced by execution {execution.eid}")
+            except (Conflict, NotFound):
+                continue  # it ended meanwhile
+            log.info(
+                "execution_replaced",
+                task=execution.task,
+                execution_id=other.eid,
+                replaced_by=execution.eid,
+            )
 
     async def take_over(self, now: datetime) -> None:
         """Adopt active executions nobody holds: a dead node's, or this node's before a restart."""
@@ -251,13 +218,16 @@ class Scheduler:
                 self.executor.adopt(execution)
 
     async def run_now(self, name: str) -> tuple[Execution, bool]:
-        """Start ``name`` now (a manual run). Returns the execution and whether it is new:
-        under ``concurrency: forbid`` an active execution is returned and nothing starts."""
+        """Start ``name`` now (a manual run). Returns the execution and whether it is new.
+
+        Manual runs obey ``concurrency``: under ``forbid`` an active execution is
+        returned and nothing starts; under ``replace`` the active ones are cancelled first.
+        """
         spec = self.specs[name]
         now = self.clock.now()
-        if spec.concurrency == "forbid":
+        if spec.concurrency != "allow":
             active = await self.store.active_executions(name)
-            if active:
+            if active and spec.concurrency == "forbid":
                 return active[0], False
         execution = Execution(
             eid=new_eid(),
@@ -271,23 +241,59 @@ class Scheduler:
         )
         created = await self.store.create_execution(execution)
         if created is None:
-            raise RuntimeError(f"task {name!r}: a manual run at {now.isoformat()} already exists")
+            raise Conflict(f"task {name!r}: a manual run at {now.isoformat()} already exists")
+        if spec.concurrency == "replace":
+            self.executor.hold(created)
+            await self._replace(active, created)
         self.executor.start(created)
         return created, True
 
     async def finished(self, execution: Execution) -> None:
-        """Book-keeping when an execution ends: failure count, the next ``after`` fire time."""
-        if execution.status is Status.SKIPPED or execution.finished_at is None:
-            return
+        """Book-keeping when an execution ends: a retry, the count of final failures in a
+        row (and pausing), the next ``after`` fire time."""
         spec = self.specs.get(execution.task)
-        succeeded = {Status.SUCCESS: True, Status.FAILED: False, Status.TIMED_OUT: False}.get(
-            execution.status
-        )
-        following = None
-        if spec is not None and spec.fire_schedule.kind is ScheduleKind.AFTER and spec.enabled:
-            following = next_fire_time(
-                spec.fire_schedule, execution.finished_at, execution.finished_at
+        if execution.status is Status.SKIPPED or execution.finished_at is None or spec is None:
+            return
+        now = self.clock.now()
+        task = await self.store.get_task(execution.task)
+        retry = plan_retry(execution, spec, self.claim(now), task.next_fire_at if task else None)
+        if retry is not None and (retry := await self.store.create_execution(retry)) is not None:
+            log.info(
+                "retry_planned",
+                task=retry.task,
+                execution_id=retry.eid,
+                attempt=retry.attempt,
+                start_at=retry.next_poll_at.isoformat() if retry.next_poll_at else None,
             )
-        await self.store.task_finished(execution.task, execution.finished_at, succeeded, following)
+            self._line_up(retry)
+        following = None
+        if retry is None and spec.fire_schedule.kind is ScheduleKind.AFTER and spec.enabled:
+            following = next_fire_time(spec.fire_schedule, execution.finished_at, now)
+        state = await self.store.task_finished(
+            execution.task,
+            execution.finished_at,
+            outcome_of(execution, retried=retry is not None),
+            following,
+            pause_after=spec.pause_after_failures,
+            pause_reason=pause_reason(spec, execution),
+        )
+        if state is not None and state.paused and not (task and task.paused):
+            log.warning("task_paused", task=state.name, reason=state.paused_reason)
         if following is not None:
             self.wake()
+
+    async def set_paused(self, name: str, paused: bool, reason: str | None) -> TaskState:
+        """Pause or unpause ``name`` (API); unpausing restarts its schedule from now."""
+        spec = self.specs.get(name)
+        if spec is None:
+            raise NotFound(f"no task {name!r} in this node's config")
+        now = self.clock.now()
+        following = None
+        if not paused and spec.enabled:
+            following = next_fire_time(spec.fire_schedule, None, now)
+        state = await self.store.set_paused(name, paused, reason, following)
+        if state is None:
+            raise NotFound(f"no task {name!r}")
+        log.info("task_paused" if paused else "task_unpaused", task=name, reason=reason)
+        self.wake()
+        return state

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from enum import StrEnum
@@ -309,6 +310,38 @@ def missed_fire_times(
             return due, None
         current = next_fire_time(schedule, current, now)
     return due, current
+
+
+def latest_fire_times(
+    schedule: Schedule, floor: datetime, end: datetime, count: int
+) -> list[datetime]:
+    """Up to ``count`` of the latest fire times in ``[floor, end)``, oldest first.
+
+    Found without walking every fire time since ``floor`` (a node down for a
+    month under ``{every: 1s}`` has millions): a window before ``end`` grows
+    until it holds ``count`` fire times or reaches ``floor``.
+    """
+    if schedule.kind in (ScheduleKind.AFTER, ScheduleKind.MANUAL) or count < 1 or floor >= end:
+        return [floor] if schedule.kind is ScheduleKind.AFTER and floor < end else []
+    window = timedelta(seconds=1)
+    while True:
+        start = max(floor, end - window)
+        found = _fire_times_in(schedule, start, end, count)
+        if len(found) >= count or start == floor:
+            return found[-count:]
+        window *= 4
+
+
+def _fire_times_in(
+    schedule: Schedule, start: datetime, end: datetime, count: int
+) -> list[datetime]:
+    """Fire times in ``[start, end)``; when there are many, only the last ``count`` are kept."""
+    found: deque[datetime] = deque(maxlen=count)
+    current = next_fire_time(schedule, None, start)
+    while current is not None and current < end:
+        found.append(current)
+        current = next_fire_time(schedule, current, current)
+    return list(found)
 
 
 def jitter_offset(task: str, scheduled_at: datetime, jitter: timedelta) -> timedelta:

@@ -303,3 +303,22 @@ async def test_an_execution_that_reports_nothing_new_is_polled_once_per_poll_int
         await asyncio.sleep(1.0)
         polls = len(user_service.calls_for(snapshot["id"], "GET"))
     assert 3 <= polls <= 8
+
+
+async def test_a_task_is_paused_and_unpaused_through_the_api_with_a_reason_people_can_see(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """POST /pause with a reason: the snapshot shows it and nothing fires; POST /unpause:
+    the schedule restarts from now; unknown tasks answer 404."""
+    spec = task("hourly", f"{user_service.url}/jobs/x", schedule={"every": "1h"})
+    async with make_daemon([spec]) as daemon:
+        status, paused = await api(
+            daemon, "POST", "/api/v1/tasks/hourly/pause", json={"reason": "vendor outage"}
+        )
+        assert (status, paused["paused"], paused["paused_reason"]) == (200, True, "vendor outage")
+        _, shown = await api(daemon, "GET", "/api/v1/tasks/hourly")
+        assert shown["paused_reason"] == "vendor outage"
+        status, unpaused = await api(daemon, "POST", "/api/v1/tasks/hourly/unpause")
+        assert (status, unpaused["paused"], unpaused["paused_reason"]) == (200, False, None)
+        assert unpaused["next_fire_at"] is not None
+        assert (await api(daemon, "POST", "/api/v1/tasks/nope/pause"))[0] == 404

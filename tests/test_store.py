@@ -10,7 +10,7 @@ import pytest
 
 from ecron.core import Execution, Status, Step, TriggerKind
 from ecron.ids import new_eid
-from ecron.scheduler import Claim, plan_fires
+from ecron.planning import Claim, plan_fires
 from ecron.store.base import FirePlan, TaskState
 from ecron.store.migrate import current_revision, head_revision, upgrade
 from ecron.store.sql import SqlStore

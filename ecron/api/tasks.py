@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ecron.api.app import context
+from ecron.api.app import context, error
 from ecron.api.snapshots import execution_snapshot, task_snapshot
 from ecron.errors import NotFound
 from ecron.store.base import TaskState
@@ -48,3 +48,31 @@ async def run_task(request: web.Request) -> web.Response:
         raise NotFound(f"task {task.name!r} is not in this node's config")
     execution, created = await context(request).scheduler.run_now(task.name)
     return web.json_response(execution_snapshot(execution), status=202 if created else 200)
+
+
+@routes.post("/api/v1/tasks/{name}/pause")
+async def pause_task(request: web.Request) -> web.Response:
+    """Pause the task: no more fire times until it is unpaused (manual runs still work).
+    An optional JSON body ``{"reason": "..."}`` is shown in the task snapshot."""
+    task = await _task(request)
+    reason = "paused through the API"
+    if request.can_read_body:
+        try:
+            body = await request.json()
+        except ValueError:
+            return error(400, 'the body must be JSON, like {"reason": "..."}')
+        if isinstance(body, dict) and isinstance(body.get("reason"), str):
+            reason = body["reason"][:1000]
+    state = await context(request).scheduler.set_paused(task.name, True, reason)
+    last = await context(request).store.last_executions([task.name])
+    return web.json_response(task_snapshot(state, last.get(task.name)))
+
+
+@routes.post("/api/v1/tasks/{name}/unpause")
+async def unpause_task(request: web.Request) -> web.Response:
+    """Unpause the task: its schedule restarts from now (missed fire times are not replayed)
+    and its count of failures in a row starts again from zero."""
+    task = await _task(request)
+    state = await context(request).scheduler.set_paused(task.name, False, None)
+    last = await context(request).store.last_executions([task.name])
+    return web.json_response(task_snapshot(state, last.get(task.name)))

@@ -28,7 +28,7 @@ class ApiClient:
         self.timeout = timeout
 
     def request(
-        self, method: str, path: str, query: dict[str, Any] | None = None
+        self, method: str, path: str, query: dict[str, Any] | None = None, body: Any = None
     ) -> tuple[int, Any]:
         """Send one request; the status and the decoded JSON answer. Errors raise ``ApiError``."""
         url = self.base_url + path
@@ -37,7 +37,10 @@ class ApiClient:
         headers = {"Accept": "application/json"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
-        data = b"" if method == "POST" else None
+        data = None
+        if method == "POST":
+            data = b"" if body is None else json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
         request = urllib.request.Request(url, data=data, method=method, headers=headers)  # noqa: S310
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
@@ -61,6 +64,6 @@ class ApiClient:
         """GET and return the JSON answer."""
         return self.request("GET", path, query)[1]
 
-    def post(self, path: str) -> tuple[int, Any]:
-        """POST (no body) and return the status and JSON answer."""
-        return self.request("POST", path)
+    def post(self, path: str, body: Any = None) -> tuple[int, Any]:
+        """POST (with an optional JSON body) and return the status and JSON answer."""
+        return self.request("POST", path, body=body)

@@ -187,3 +187,33 @@ def cancel(eid: str, api: str, token: str | None) -> None:
         f"{eid} {status_text(snapshot)}; the cancel call was "
         f"{acknowledged[snapshot['cancel_acknowledged']]}"
     )
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--reason", default=None, help="Shown in the task's snapshot.")
+@api_options
+def pause(name: str, reason: str | None, api: str, token: str | None) -> None:
+    """Pause task NAME: it fires no more until unpaused (manual runs still work)."""
+    client = _client(api, token)
+    try:
+        _, snapshot = client.post(
+            f"/api/v1/tasks/{name}/pause", {"reason": reason} if reason else None
+        )
+    except ApiError as exc:
+        _fail(exc)
+        return
+    Console().print(f"{name} paused: {snapshot['paused_reason']}")
+
+
+@cli.command()
+@click.argument("name")
+@api_options
+def unpause(name: str, api: str, token: str | None) -> None:
+    """Unpause task NAME: its schedule restarts from now."""
+    try:
+        _, snapshot = _client(api, token).post(f"/api/v1/tasks/{name}/unpause")
+    except ApiError as exc:
+        _fail(exc)
+        return
+    Console().print(f"{name} unpaused; next fire time {snapshot['next_fire_at'] or '-'}")

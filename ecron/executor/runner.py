@@ -118,6 +118,15 @@ class Executor:
         self._inflight.pop(eid, None)
         self._live_entry.pop(eid, None)
 
+    @property
+    def idle(self) -> bool:
+        """True when no trigger or cancel is under way in the background."""
+        return not self._background
+
+    def wake(self) -> None:
+        """Look at the heap now (the clock may have moved)."""
+        self._wake.set()
+
     def is_stopping(self, eid: str) -> bool:
         """True while this node sends ``eid``'s cancel call, or once it ended here."""
         return eid in self.stopping

@@ -118,10 +118,22 @@ class Store(abc.ABC):
         finished_at: datetime,
         succeeded: bool | None,
         next_fire_at: datetime | None,
-    ) -> None:
-        """Record that an execution of ``name`` ended: ``last_end_at``, the count of final
-        failures in a row (reset by a success, raised by a failure, kept when ``succeeded``
-        is None), and, when given, the next fire time (``after`` schedules)."""
+        *,
+        pause_after: int = 0,
+        pause_reason: str = "",
+    ) -> TaskState | None:
+        """Record that an execution of ``name`` ended, in one transaction: ``last_end_at``,
+        the count of final failures in a row (reset by a success, raised by a failure, kept
+        when ``succeeded`` is None), when given the next fire time (``after`` schedules),
+        and, when the count reaches ``pause_after`` (> 0), pause the task with
+        ``pause_reason``. Returns the task as it is now."""
+
+    @abc.abstractmethod
+    async def set_paused(
+        self, name: str, paused: bool, reason: str | None, next_fire_at: datetime | None
+    ) -> TaskState | None:
+        """Pause (with ``reason``) or unpause ``name``; unpausing resets the failure count and
+        restarts the schedule at ``next_fire_at``. None when there is no such task."""
 
     # -- executions -------------------------------------------------------------------------
 

@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ecron.config.model import TaskSpec
+from ecron import __version__
 from ecron.core import ACTIVE, Execution, Status, Step
-from ecron.schedules import next_fire_time
-from ecron.store.base import FirePlan, Page, Planner, Store, SyncResult, TaskState
+from ecron.store.base import FirePlan, Page, Planner, Store, TaskState
 from ecron.store.engine import Engines
 from ecron.store.mapping import (
     changed_values,
@@ -27,6 +23,7 @@ from ecron.store.mapping import (
     to_step,
     to_task,
 )
+from ecron.store.sql_tasks import TaskOperations, can_fire
 from ecron.store.tables import (
     execution_table,
     node_table,
@@ -36,32 +33,9 @@ from ecron.store.tables import (
 )
 
 _ACTIVE = [str(status) for status in ACTIVE]
-_REDACTED = "***"
 
 
-def spec_json(spec: TaskSpec) -> dict[str, Any]:
-    """The spec as stored: JSON, with header values and secrets redacted."""
-    data = spec.model_dump(mode="json")
-
-    def redact(call: dict[str, Any]) -> None:
-        if call.get("headers"):
-            call["headers"] = dict.fromkeys(call["headers"], _REDACTED)
-        if call.get("secret"):
-            call["secret"] = _REDACTED
-
-    redact(data)
-    for step in data.get("steps") or []:
-        redact(step)
-    return data
-
-
-def spec_hash(spec: TaskSpec) -> str:
-    """A digest of the whole spec (secrets included) to notice any change."""
-    text = json.dumps(spec.model_dump(mode="json"), sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-class SqlStore(Store):
+class SqlStore(TaskOperations, Store):
     """The store on SQLAlchemy Core; see ``Store`` for the contract of each operation."""
 
     def __init__(self, engines: Engines) -> None:
@@ -81,67 +55,12 @@ class SqlStore(Store):
 
     # -- tasks ------------------------------------------------------------------------------
 
-    async def sync_tasks(self, specs: Mapping[str, TaskSpec], now: datetime) -> SyncResult:
-        result = SyncResult()
-        async with self.engines.write() as conn:
-            rows = {
-                row["name"]: row for row in (await conn.execute(sa.select(task_table))).mappings()
-            }
-            for name, spec in specs.items():
-                row = rows.get(name)
-                if row is None:
-                    await conn.execute(sa.insert(task_table).values(_new_task(spec, now)))
-                    result.added.append(name)
-                elif row["spec_hash"] != spec_hash(spec) or row["retired"]:
-                    await conn.execute(
-                        sa.update(task_table)
-                        .where(task_table.c.name == name)
-                        .values(_changed_task(row, spec, now))
-                    )
-                    result.updated.append(name)
-            for name, row in rows.items():
-                if name not in specs and not row["retired"]:
-                    await conn.execute(
-                        sa.update(task_table)
-                        .where(task_table.c.name == name)
-                        .values(
-                            retired=True,
-                            next_fire_at=None,
-                            updated_at=now,
-                            version=row["version"] + 1,
-                        )
-                    )
-                    result.retired.append(name)
-        return result
-
-    async def get_task(self, name: str) -> TaskState | None:
-        async with self.engines.read() as conn:
-            row = (
-                (await conn.execute(sa.select(task_table).where(task_table.c.name == name)))
-                .mappings()
-                .first()
-            )
-        return None if row is None else to_task(row)
-
-    async def list_tasks(self, *, include_retired: bool = False) -> list[TaskState]:
-        query = sa.select(task_table).order_by(task_table.c.name)
-        if not include_retired:
-            query = query.where(task_table.c.retired.is_(False))
-        async with self.engines.read() as conn:
-            return [to_task(row) for row in (await conn.execute(query)).mappings()]
-
-    async def next_fire_time(self) -> datetime | None:
-        query = sa.select(sa.func.min(task_table.c.next_fire_at)).where(*_can_fire())
-        async with self.engines.read() as conn:
-            value: datetime | None = (await conn.execute(query)).scalar()
-        return value
-
     async def claim_due_fires(
         self, horizon: datetime, limit: int, plan: Planner
     ) -> list[Execution]:
         query = (
             sa.select(task_table)
-            .where(*_can_fire(), task_table.c.next_fire_at <= horizon)
+            .where(*can_fire(), task_table.c.next_fire_at <= horizon)
             .order_by(task_table.c.next_fire_at)
             .limit(limit)
         )
@@ -158,24 +77,6 @@ class SqlStore(Store):
                 if await self._advance(conn, task, decided):
                     inserted.extend(await self._insert_executions(conn, decided.executions))
         return inserted
-
-    async def task_finished(
-        self,
-        name: str,
-        finished_at: datetime,
-        succeeded: bool | None,
-        next_fire_at: datetime | None,
-    ) -> None:
-        failures = task_table.c.consecutive_failures
-        values: dict[str, Any] = {"last_end_at": finished_at, "version": task_table.c.version + 1}
-        if succeeded is not None:
-            values["consecutive_failures"] = 0 if succeeded else failures + 1
-        if next_fire_at is not None:
-            values["next_fire_at"] = next_fire_at
-        async with self.engines.write() as conn:
-            await conn.execute(
-                sa.update(task_table).where(task_table.c.name == name).values(values)
-            )
 
     async def _advance(self, conn: AsyncConnection, task: TaskState, plan: FirePlan) -> bool:
         """Move the task's fire time, only if it still is what we read."""
@@ -412,7 +313,6 @@ class SqlStore(Store):
     # -- nodes and shared settings --------------------------------------------------------
 
     async def heartbeat(self, node: str, now: datetime, *, host: str = "", pid: int = 0) -> None:
-        from ecron import __version__
 
         statement = self._insert(node_table).values(
             node_id=node, started_at=now, heartbeat_at=now, host=host, pid=pid, version=__version__
@@ -444,41 +344,3 @@ class SqlStore(Store):
     async def ping(self) -> None:
         async with self.engines.read() as conn:
             await conn.execute(sa.text("SELECT 1"))
-
-
-def _can_fire() -> list[sa.ColumnElement[bool]]:
-    return [
-        task_table.c.next_fire_at.is_not(None),
-        task_table.c.enabled.is_(True),
-        task_table.c.paused.is_(False),
-        task_table.c.retired.is_(False),
-    ]
-
-
-def _new_task(spec: TaskSpec, now: datetime) -> dict[str, Any]:
-    return {
-        "name": spec.name,
-        "spec": spec_json(spec),
-        "spec_hash": spec_hash(spec),
-        "schedule_text": spec.fire_schedule.text,
-        "next_fire_at": next_fire_time(spec.fire_schedule, None, now) if spec.enabled else None,
-        "enabled": spec.enabled,
-        "created_at": now,
-        "updated_at": now,
-    }
-
-
-def _changed_task(row: RowMapping, spec: TaskSpec, now: datetime) -> dict[str, Any]:
-    old = TaskSpec.model_validate(row["spec"])
-    values = _new_task(spec, now)
-    del values["created_at"]
-    same_schedule = (old.schedule, old.timezone, old.enabled) == (
-        spec.schedule,
-        spec.timezone,
-        spec.enabled,
-    )
-    if same_schedule and not row["retired"]:
-        values["next_fire_at"] = row["next_fire_at"]  # the schedule goes on where it was
-    values["retired"] = False
-    values["version"] = row["version"] + 1
-    return values

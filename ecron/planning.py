@@ -1,0 +1,170 @@
+"""The scheduling rules as pure functions: misfire, overlap, retries, pause (DESIGN.md,
+"Scheduling rules"). Time is always an argument; nothing here does I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from ecron.config.model import TaskSpec
+from ecron.core import Execution, Reason, Status, TriggerKind
+from ecron.ids import new_eid
+from ecron.schedules import (
+    ScheduleKind,
+    latest_fire_times,
+    missed_fire_times,
+    next_fire_time,
+)
+from ecron.store.base import FirePlan, TaskState
+
+#: At most this many fire times of one task are run in one claim (``run_all`` catches up in
+#: steps of this size).
+MAX_FIRES_PER_CLAIM = 100
+#: At most this many missed fire times of one claim get a SKIPPED ``misfire`` record each;
+#: earlier ones are skipped without a row, so a long outage cannot flood the history.
+MISFIRE_RECORDS = 20
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Who claims, when, and for how long: what a plan needs besides the task."""
+
+    node: str
+    now: datetime
+    horizon: datetime
+    lease_until: datetime
+    new_id: Callable[[], str] = new_eid
+
+
+def plan_fires(task: TaskState, claim: Claim) -> FirePlan:
+    """Decide which of a task's due fire times run, which are SKIPPED, and the next one.
+
+    A fire time found more than ``misfire.grace`` late follows ``misfire.policy``:
+    ``skip`` records the late ones SKIPPED ``misfire`` (the latest ``MISFIRE_RECORDS``
+    of them); ``run_once`` runs the latest late one and skips the rest; ``run_all``
+    runs them all (``MAX_FIRES_PER_CLAIM`` per claim). Fire times on time always run.
+    """
+    spec = task.spec
+    schedule = spec.fire_schedule
+    assert task.next_fire_at is not None
+    late_before = claim.now - spec.misfire.grace
+    skip: list[datetime] = []
+    if task.next_fire_at >= late_before or spec.misfire.policy == "run_all":
+        run, following = missed_fire_times(
+            schedule, task.next_fire_at, claim.horizon, MAX_FIRES_PER_CLAIM
+        )
+    else:
+        missed = latest_fire_times(schedule, task.next_fire_at, late_before, MISFIRE_RECORDS + 1)
+        if spec.misfire.policy == "run_once":
+            run, skip = missed[-1:], missed[-MISFIRE_RECORDS - 1 : -1]
+        else:
+            run, skip = [], missed[-MISFIRE_RECORDS:]
+        first_on_time = None
+        if schedule.kind is not ScheduleKind.AFTER:
+            first_on_time = next_fire_time(schedule, missed[-1], missed[-1])
+        following = first_on_time
+        if first_on_time is not None:
+            on_time, following = missed_fire_times(
+                schedule, first_on_time, claim.horizon, MAX_FIRES_PER_CLAIM
+            )
+            run += on_time
+    if schedule.kind is ScheduleKind.AFTER:
+        # Fixed delay: the next fire time is set when the execution ends; if none runs, from now.
+        following = None if run else next_fire_time(schedule, claim.now, claim.now)
+    executions = [pending(task.name, when, claim) for when in run]
+    why = "the fire time was found too late (misfire policy)"
+    executions += [skipped(task.name, when, claim, Reason.MISFIRE, why) for when in skip]
+    return FirePlan(next_fire_at=following, executions=executions)
+
+
+def pending(task: str, when: datetime, claim: Claim, **values: object) -> Execution:
+    """A PENDING execution of ``task`` for fire time ``when``, held by the claiming node."""
+    return Execution(
+        eid=claim.new_id(),
+        task=task,
+        scheduled_at=when,
+        created_at=claim.now,
+        owner=claim.node,
+        lease_until=claim.lease_until,
+        fence=1,
+        **values,  # type: ignore[arg-type]
+    )
+
+
+def skipped(task: str, when: datetime, claim: Claim, reason: Reason, message: str) -> Execution:
+    """A SKIPPED record for fire time ``when``."""
+    return Execution(
+        eid=claim.new_id(),
+        task=task,
+        scheduled_at=when,
+        created_at=claim.now,
+        status=Status.SKIPPED,
+        reason=reason,
+        message=message,
+        finished_at=claim.now,
+    )
+
+
+def overlapping(execution: Execution, active: Sequence[Execution]) -> list[Execution]:
+    """The active executions that started (or were due) before ``execution``."""
+    mine = (execution.scheduled_at, execution.eid)
+    return [other for other in active if (other.scheduled_at, other.eid) < mine]
+
+
+def retry_delay(spec: TaskSpec, attempt: int) -> timedelta:
+    """How long after a FAILED attempt ``attempt`` the next one starts: ``retry.backoff``
+    doubled per attempt, at most ``retry.max_backoff``."""
+    doubling = 1 << min(max(0, attempt - 1), 32)  # bounded: timedelta overflows otherwise
+    return min(spec.retry.backoff * doubling, spec.retry.max_backoff)
+
+
+def plan_retry(
+    execution: Execution, spec: TaskSpec, claim: Claim, next_fire_at: datetime | None
+) -> Execution | None:
+    """The retry of a FAILED ``execution``, or None.
+
+    Only FAILED executions are retried (not TIMED_OUT, CANCELLED or SKIPPED, and not
+    resumes: those continue through the resume rules), at most ``retry.max_attempts``
+    times per fire time. A retry never runs into the task's next fire time: when it would
+    start at or after ``next_fire_at``, that fire time supersedes it. So a service that
+    stays down costs at most ``1 + retry.max_attempts`` rows per fire time.
+    """
+    if execution.status is not Status.FAILED or execution.trigger_kind is TriggerKind.RESUME:
+        return None
+    if execution.attempt > spec.retry.max_attempts:
+        return None
+    start = claim.now + retry_delay(spec, execution.attempt)
+    if next_fire_at is not None and start >= next_fire_at:
+        return None
+    return pending(
+        execution.task,
+        execution.scheduled_at,
+        claim,
+        trigger_kind=TriggerKind.RETRY,
+        attempt=execution.attempt + 1,
+        next_poll_at=start,
+    )
+
+
+def outcome_of(execution: Execution, retried: bool) -> bool | None:
+    """For the count of final failures in a row: True (success, resets it), False (a final
+    failure: FAILED and not retried, or TIMED_OUT), None (does not count either way)."""
+    if execution.status is Status.SUCCESS:
+        return True
+    if execution.status is Status.TIMED_OUT or (execution.status is Status.FAILED and not retried):
+        return False
+    return None
+
+
+def pause_reason(spec: TaskSpec, execution: Execution) -> str:
+    """The reason shown on a task paused by ``pause_after_failures``."""
+    why = (
+        str(execution.status)
+        if execution.reason is None
+        else f"{execution.status} {execution.reason}"
+    )
+    return (
+        f"paused after {spec.pause_after_failures} final failures in a row; "
+        f"the last was {execution.eid} ({why})"
+    )
