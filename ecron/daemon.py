@@ -182,6 +182,8 @@ class Daemon:
 
     async def reload(self, config: Config) -> None:
         """Take new task definitions (SIGHUP): the database follows, running work goes on."""
+        removed = {name: spec for name, spec in self.specs.items() if name not in config.tasks}
+        self.executor.retire_specs(removed)
         self.specs.clear()
         self.specs.update(config.tasks)
         await self._sync_tasks(self.clock.now())

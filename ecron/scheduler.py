@@ -79,6 +79,7 @@ class Scheduler:
             self._wake.clear()
             now = self.clock.now()
             self.last_tick = now
+            await self.start_due(now)  # triggers due now leave before the next claim query
             if self.claiming:
                 await self._guarded(self.claim_fires(now), "claim_failed")
                 if now >= self._next_takeover:
@@ -118,7 +119,10 @@ class Scheduler:
         """Claim the fire times due before ``now + prefetch`` and line them up to start."""
         claim = self.claim(now)
         claimed = await self.store.claim_due_fires(
-            claim.horizon, CLAIM_BATCH, lambda task, _active: plan_fires(task, claim)
+            claim.horizon,
+            CLAIM_BATCH,
+            lambda task, _active: plan_fires(task, claim),
+            names=list(self.specs),
         )
         for execution in claimed:
             if execution.status is Status.SKIPPED:
@@ -146,13 +150,15 @@ class Scheduler:
             self.wake()
 
     async def start_due(self, now: datetime) -> None:
-        """Start every lined-up execution whose time has come."""
+        """Start every lined-up execution whose time has come, all at once."""
+        due: list[Execution] = []
         while self._starts and self._starts[0][0] <= now:
             _, _, execution = heapq.heappop(self._starts)
             held = self.executor.inflight.get(execution.eid)
-            if held is None or held.is_final:
-                continue  # the lease was lost, or it was cancelled, meanwhile
-            await self._guarded(self._start(held), "start_failed")
+            if held is not None and not held.is_final:  # else: lease lost, or cancelled
+                due.append(held)
+        if due:
+            await asyncio.gather(*(self._guarded(self._start(e), "start_failed") for e in due))
 
     async def _start(self, execution: Execution) -> None:
         """Apply pause and concurrency at the moment of starting, then trigger."""
@@ -164,6 +170,9 @@ class Scheduler:
         if task.paused and execution.trigger_kind is not TriggerKind.MANUAL:
             await self._skip(execution, Reason.PAUSED, task.paused_reason or "the task is paused")
             return
+        if await self._misfired(execution, spec):
+            await self._skip(execution, Reason.MISFIRE, "started too late (misfire policy)")
+            return
         if spec.concurrency != "allow":
             active = overlapping(execution, await self.store.active_executions(execution.task))
             if active and spec.concurrency == "forbid":
@@ -172,6 +181,23 @@ class Scheduler:
                 return
             await self._replace(active, execution)
         self.executor.start(execution)
+
+    async def _misfired(self, execution: Execution, spec: TaskSpec) -> bool:
+        """A fire time that starts more than ``misfire.grace`` late (handed back by a node that
+        stopped, adopted after a crash) follows ``misfire.policy`` like one claimed late:
+        ``skip`` skips it; ``run_once`` runs it only if no later fire time is waiting."""
+        if execution.trigger_kind is not TriggerKind.SCHEDULE or spec.misfire.policy == "run_all":
+            return False
+        if self.clock.now() - execution.scheduled_at <= spec.misfire.grace:
+            return False
+        if spec.misfire.policy == "skip":
+            return True
+        active = await self.store.active_executions(execution.task)
+        return any(
+            other.scheduled_at > execution.scheduled_at
+            and other.trigger_kind is TriggerKind.SCHEDULE
+            for other in active
+        )
 
     async def _skip(self, execution: Execution, reason: Reason, message: str) -> None:
         await self.executor.record(execution, Skipped(reason, message))
@@ -195,17 +221,11 @@ class Scheduler:
 
     async def take_over(self, now: datetime) -> None:
         """Adopt active executions nobody holds: a dead node's, or this node's before a restart."""
+        known = list(self.specs) + list(self.executor.retired_specs)
         adopted = await self.store.claim_runnable(
-            self.node_id, now, now + self.settings.lease_ttl, CLAIM_BATCH
+            self.node_id, now, now + self.settings.lease_ttl, CLAIM_BATCH, names=known
         )
         for execution in adopted:
-            if execution.task not in self.specs:
-                log.warning(
-                    "adopted_execution_of_unknown_task",
-                    task=execution.task,
-                    execution_id=execution.eid,
-                )
-                continue
             log.info(
                 "execution_adopted",
                 task=execution.task,

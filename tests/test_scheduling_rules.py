@@ -387,3 +387,63 @@ async def test_a_claimed_fire_time_of_a_task_paused_before_it_starts_is_skipped_
     assert (execution.status, execution.reason) == (Status.SKIPPED, Reason.PAUSED)
     assert execution.message == "maintenance window"
     assert user_service.calls == []
+
+
+@pytest.mark.parametrize(("policy", "started"), [("skip", False), ("run_once", True)])
+async def test_a_claimed_fire_time_that_starts_later_than_the_grace_follows_the_misfire_policy(
+    database_url: str, user_service: UserService, policy: str, started: bool
+) -> None:
+    """A fire time claimed ahead but started 2 minutes late (a node stopped and handed it
+    back, another adopted it): under skip it is SKIPPED misfire; under run_once it runs,
+    as the latest missed one."""
+    spec = task(
+        "a",
+        f"{user_service.url}/jobs/x",
+        schedule={"every": "1h"},
+        misfire={"policy": policy, "grace": "1m"},
+    )
+    async with rig(database_url, [spec], T0) as r:
+        await r.scheduler.claim_fires(T0)
+        r.clock.set(T0 + timedelta(minutes=2))
+        await r.scheduler.start_due(r.clock.now())
+        [execution] = await r.executions("a")
+        if started:
+            await wait_for(lambda: user_service.calls_for(execution.eid, "POST"))
+    if started:
+        assert execution.status is not Status.SKIPPED
+    else:
+        assert (execution.status, execution.reason) == (Status.SKIPPED, Reason.MISFIRE)
+        assert user_service.calls == []
+
+
+async def test_an_execution_of_a_task_this_node_does_not_know_is_handed_back_not_crashed_on(
+    database_url: str, user_service: UserService
+) -> None:
+    """An execution whose task is in no config this node loaded: its lease is released for a
+    node that knows it, and the node keeps driving its other executions."""
+    user_service.script["POST"] = [reply(200, {"status": "RUNNING"})]
+    user_service.script["GET"] = [reply(200, {"status": "SUCCESS"})]
+    known = task("known", f"{user_service.url}/jobs/x")
+    async with rig(database_url, [known], T0) as r:
+        stranger = Execution(
+            eid="stranger",
+            task="gone",
+            scheduled_at=T0,
+            created_at=T0,
+            status=Status.RUNNING,
+            triggered_at=T0,
+            owner="n1",
+            lease_until=T0 + HOUR,
+            fence=1,
+        )
+        assert await r.store.create_execution(stranger) is not None
+        r.executor.adopt(stranger)
+        await wait_for(lambda: "stranger" not in r.executor.inflight)
+        released = await r.store.get_execution("stranger")
+        await r.scheduler.run_now("known")
+        await wait_for(lambda: r.any_status("known", Status.RUNNING))
+        r.clock.advance(timedelta(seconds=1))  # the poll (through the same workers) is due
+        r.executor.wake()
+        [done] = await r.settled("known", 1)
+    assert released is not None and released.owner is None
+    assert done.status is Status.SUCCESS

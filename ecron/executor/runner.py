@@ -18,7 +18,7 @@ import heapq
 import itertools
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from contextlib import suppress
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
@@ -37,7 +37,7 @@ from ecron.core import (
     deadline_passed,
 )
 from ecron.core.status import Channel
-from ecron.errors import Conflict, NotFound
+from ecron.errors import Conflict, EcronError, NotFound
 from ecron.executor.http import CallContext, HttpCaller
 from ecron.executor.outcomes import poll_event
 from ecron.executor.stopping import stop
@@ -52,6 +52,16 @@ Finished = Callable[[Execution], Awaitable[None]]
 
 #: How many times a lost compare-and-set is retried on fresh state before giving up.
 RECORD_ATTEMPTS = 5
+#: When looking at an execution failed unexpectedly, look again this much later.
+RETRY_AFTER_ERROR = timedelta(seconds=5)
+
+
+class UnknownTask(EcronError):
+    """An execution's task is in neither this node's config nor its memory."""
+
+    def __init__(self, task: str) -> None:
+        self.task = task
+        super().__init__(f"task {task!r} is not in this node's config")
 
 
 class Executor:
@@ -82,6 +92,8 @@ class Executor:
         self._queue: asyncio.Queue[str] = asyncio.Queue(maxsize=workers * 2)
         self._wake = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()
+        #: Specs of tasks removed by a reload while executions of them were in flight.
+        self.retired_specs: dict[str, TaskSpec] = {}
         #: Executions whose cancel call is under way on this node: never polled or triggered again.
         self.stopping: set[str] = set()
 
@@ -253,6 +265,18 @@ class Executor:
 
     # -- timing ---------------------------------------------------------------------------
 
+    async def _hand_back(self, eid: str, exc: UnknownTask) -> None:
+        """This node does not know the execution's task: release it for a node that does."""
+        execution = self._inflight.get(eid)
+        self.forget(eid)
+        if execution is None or execution.owner is None:
+            return
+        log.warning("execution_handed_back", task=exc.task, execution_id=eid, reason=str(exc))
+        try:
+            await self.store.release_leases(execution.owner, [eid])
+        except Exception:
+            log.exception("hand_back_failed", execution_id=eid)
+
     def schedule(self, eid: str, due: datetime) -> None:
         """Look at ``eid`` again at ``due`` (replacing any earlier plan for it)."""
         seq = next(self._seq)
@@ -292,12 +316,12 @@ class Executor:
             eid = await self._queue.get()
             try:
                 await self._look_at(eid)
+            except UnknownTask as exc:
+                await self._hand_back(eid, exc)
             except Exception:
                 log.exception("poll_failed_unexpectedly", execution_id=eid)
-                execution = self._inflight.get(eid)
-                if execution is not None:
-                    call, _ = self.call_of(execution)
-                    self.schedule(eid, self.clock.now() + call.poll_interval)
+                if eid in self._inflight:
+                    self.schedule(eid, self.clock.now() + RETRY_AFTER_ERROR)
             finally:
                 self._queue.task_done()
 
@@ -375,7 +399,7 @@ class Executor:
 
     def call_of(self, execution: Execution) -> tuple[CallSettings, CallContext]:
         """The call settings and header context of the call in flight for ``execution``."""
-        spec = self.specs[execution.task]
+        spec = self.spec_of(execution.task)
         number: int | None = None  # one-call tasks; steps are driven one call at a time
         ctx = CallContext(
             remote_id=remote_id(execution.eid, number),
@@ -387,6 +411,19 @@ class Executor:
             resume_of=execution.resume_of,
         )
         return spec.call(number), ctx
+
+    def spec_of(self, task: str) -> TaskSpec:
+        """The spec ``task`` runs under: the loaded config's, or, for a task a reload removed
+        while it had executions in flight, the one it was started with."""
+        spec = self.specs.get(task) or self.retired_specs.get(task)
+        if spec is None:
+            raise UnknownTask(task)
+        return spec
+
+    def retire_specs(self, removed: Mapping[str, TaskSpec]) -> None:
+        """Keep the specs of tasks a reload removed, for their executions still in flight."""
+        running = {execution.task for execution in self._inflight.values()}
+        self.retired_specs.update({name: spec for name, spec in removed.items() if name in running})
 
     def warn_ignored(self, execution: Execution, report: Report) -> None:
         """Log each part of a report that was ignored (e.g. a progress that is not a number)."""

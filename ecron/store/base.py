@@ -7,7 +7,7 @@ differences are decided once, when it opens.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -100,9 +100,10 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def claim_due_fires(
-        self, horizon: datetime, limit: int, plan: Planner
+        self, horizon: datetime, limit: int, plan: Planner, names: Collection[str] | None = None
     ) -> list[Execution]:
-        """Claim up to ``limit`` tasks due at or before ``horizon``.
+        """Claim up to ``limit`` tasks due at or before ``horizon`` (only those named in
+        ``names`` when given: a node claims only what its own config knows).
 
         For each, in one transaction: ``plan`` decides, the task's fire time is
         advanced by a conditional update (only if nobody advanced it first),
@@ -172,10 +173,16 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def claim_runnable(
-        self, node: str, now: datetime, lease_until: datetime, limit: int
+        self,
+        node: str,
+        now: datetime,
+        lease_until: datetime,
+        limit: int,
+        names: Collection[str] | None = None,
     ) -> list[Execution]:
         """Take over active executions that nobody holds (no owner, or the lease
-        expired before ``now``): owner becomes ``node``, fence is raised."""
+        expired before ``now``), of the tasks in ``names`` when given: owner becomes
+        ``node``, fence is raised."""
 
     @abc.abstractmethod
     async def renew_leases(self, node: str, eids: Sequence[str], lease_until: datetime) -> set[str]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -56,7 +56,7 @@ class SqlStore(TaskOperations, Store):
     # -- tasks ------------------------------------------------------------------------------
 
     async def claim_due_fires(
-        self, horizon: datetime, limit: int, plan: Planner
+        self, horizon: datetime, limit: int, plan: Planner, names: Collection[str] | None = None
     ) -> list[Execution]:
         query = (
             sa.select(task_table)
@@ -64,6 +64,8 @@ class SqlStore(TaskOperations, Store):
             .order_by(task_table.c.next_fire_at)
             .limit(limit)
         )
+        if names is not None:
+            query = query.where(task_table.c.name.in_(list(names)))
         if self.dialect.skip_locked:
             query = query.with_for_update(skip_locked=True)
         inserted: list[Execution] = []
@@ -247,7 +249,12 @@ class SqlStore(TaskOperations, Store):
         return after.evolve(version=before.version + 1, fence=before.fence)
 
     async def claim_runnable(
-        self, node: str, now: datetime, lease_until: datetime, limit: int
+        self,
+        node: str,
+        now: datetime,
+        lease_until: datetime,
+        limit: int,
+        names: Collection[str] | None = None,
     ) -> list[Execution]:
         free = sa.or_(execution_table.c.owner.is_(None), execution_table.c.lease_until < now)
         query = (
@@ -256,6 +263,8 @@ class SqlStore(TaskOperations, Store):
             .order_by(execution_table.c.lease_until)
             .limit(limit)
         )
+        if names is not None:
+            query = query.where(execution_table.c.task.in_(list(names)))
         if self.dialect.skip_locked:
             query = query.with_for_update(skip_locked=True)
         async with self.engines.write() as conn:
