@@ -165,6 +165,9 @@ class Daemon:
             held = list(self.executor.inflight)
             try:
                 await self.store.heartbeat(self.node_id, now)
+                self.scheduler.live_nodes = await self.store.live_nodes(
+                    now - self.settings.lease_ttl
+                )
                 renewed = await self.store.renew_leases(
                     self.node_id, held, now + self.settings.lease_ttl
                 )

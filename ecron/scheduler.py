@@ -40,6 +40,11 @@ log = structlog.get_logger(__name__)
 
 #: At most this many tasks, or abandoned executions, are claimed in one transaction.
 CLAIM_BATCH = 200
+#: Up to this many due tasks are claimed at once whatever the number of nodes; above it, a
+#: node claims its share (due tasks / live nodes) per tick, so that the nodes split the work
+#: instead of the first one awake taking it all. Fire times are claimed ``prefetch`` ahead,
+#: so a share per tick still claims everything in time.
+SMALL_CLAIM = 5
 
 
 class Scheduler:
@@ -66,6 +71,8 @@ class Scheduler:
         self._wake = asyncio.Event()
         self._next_takeover = datetime.min.replace(tzinfo=clock.now().tzinfo)
         self.claiming = True
+        #: Nodes with a recent heartbeat (this one included), kept up to date by the daemon.
+        self.live_nodes = 1
         #: When the loop last went round, for readiness checks.
         self.last_tick: datetime | None = None
 
@@ -80,15 +87,22 @@ class Scheduler:
             now = self.clock.now()
             self.last_tick = now
             await self.start_due(now)  # triggers due now leave before the next claim query
+            more = False
             if self.claiming:
-                await self._guarded(self.claim_fires(now), "claim_failed")
+                try:
+                    more = await self.claim_fires(now)
+                except Exception:
+                    log.exception("claim_failed")
                 if now >= self._next_takeover:
                     await self._guarded(self.take_over(now), "takeover_failed")
                     self._next_takeover = now + min(
                         self.settings.lease_ttl / 3, timedelta(seconds=2)
                     )
             await self.start_due(self.clock.now())
-            await self._sleep()
+            if more:
+                await asyncio.sleep(0)  # a full share was claimed: there may be more, now
+            else:
+                await self._sleep()
 
     async def _guarded(self, work: Awaitable[None], event: str) -> None:
         try:
@@ -115,14 +129,20 @@ class Scheduler:
             lease_until=now + self.settings.lease_ttl,
         )
 
-    async def claim_fires(self, now: datetime) -> None:
-        """Claim the fire times due before ``now + prefetch`` and line them up to start."""
+    async def claim_fires(self, now: datetime) -> bool:
+        """Claim this node's share of the fire times due before ``now + prefetch`` and line
+        them up to start; True when the share was full (more may be due)."""
         claim = self.claim(now)
+        names = list(self.specs)
+        due = await self.store.count_due(claim.horizon, names)
+        if due == 0:
+            return False
+        share = min(CLAIM_BATCH, due if due <= SMALL_CLAIM else -(-due // max(1, self.live_nodes)))
         claimed = await self.store.claim_due_fires(
             claim.horizon,
-            CLAIM_BATCH,
+            share,
             lambda task, _active: plan_fires(task, claim),
-            names=list(self.specs),
+            names=names,
         )
         for execution in claimed:
             if execution.status is Status.SKIPPED:
@@ -134,6 +154,7 @@ class Scheduler:
                 )
                 continue
             self._line_up(execution)
+        return share == CLAIM_BATCH and len({e.task for e in claimed}) >= share
 
     def _line_up(self, execution: Execution) -> None:
         """Hold a claimed, never-triggered execution until it is due: its fire time plus

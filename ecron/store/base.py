@@ -99,6 +99,10 @@ class Store(abc.ABC):
         """The earliest ``next_fire_at`` of any task that can fire (for the scheduler's sleep)."""
 
     @abc.abstractmethod
+    async def count_due(self, horizon: datetime, names: Collection[str] | None = None) -> int:
+        """How many tasks (of ``names`` when given) are due at or before ``horizon``."""
+
+    @abc.abstractmethod
     async def claim_due_fires(
         self, horizon: datetime, limit: int, plan: Planner, names: Collection[str] | None = None
     ) -> list[Execution]:
@@ -197,6 +201,10 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def heartbeat(self, node: str, now: datetime, *, host: str = "", pid: int = 0) -> None:
         """Register ``node`` or record that it is alive."""
+
+    @abc.abstractmethod
+    async def live_nodes(self, since: datetime) -> int:
+        """How many nodes sent a heartbeat at or after ``since``."""
 
     @abc.abstractmethod
     async def remove_node(self, node: str) -> None:

@@ -55,6 +55,17 @@ class SqlStore(TaskOperations, Store):
 
     # -- tasks ------------------------------------------------------------------------------
 
+    async def count_due(self, horizon: datetime, names: Collection[str] | None = None) -> int:
+        query = (
+            sa.select(sa.func.count())
+            .select_from(task_table)
+            .where(*can_fire(), task_table.c.next_fire_at <= horizon)
+        )
+        if names is not None:
+            query = query.where(task_table.c.name.in_(list(names)))
+        async with self.engines.read() as conn:
+            return int((await conn.execute(query)).scalar_one())
+
     async def claim_due_fires(
         self, horizon: datetime, limit: int, plan: Planner, names: Collection[str] | None = None
     ) -> list[Execution]:
@@ -331,6 +342,11 @@ class SqlStore(TaskOperations, Store):
         )
         async with self.engines.write() as conn:
             await conn.execute(statement)
+
+    async def live_nodes(self, since: datetime) -> int:
+        query = sa.select(sa.func.count()).where(node_table.c.heartbeat_at >= since)
+        async with self.engines.read() as conn:
+            return int((await conn.execute(query)).scalar_one())
 
     async def remove_node(self, node: str) -> None:
         async with self.engines.write() as conn:
