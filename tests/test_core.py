@@ -593,7 +593,7 @@ def test_a_good_report_resets_the_probe_failures() -> None:
 
 
 def test_the_first_trigger_sets_triggered_at_and_the_deadline() -> None:
-    """The deadline is the first trigger's time plus the task timeout."""
+    """The first trigger fixes triggered_at and the deadline it was sent under."""
     now = T0 + 3 * SECOND
     result = apply(execution(), TriggerSent(timedelta(hours=2)), now)
     assert result.after.triggered_at == now

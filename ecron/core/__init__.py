@@ -14,6 +14,7 @@ from ecron.core.machine import (
     TriggerFailed,
     TriggerSent,
     apply,
+    current_step,
     deadline_passed,
 )
 from ecron.core.model import Execution, InvalidReport, Report, Step, parse_report
@@ -51,6 +52,7 @@ __all__ = [
     "TriggerKind",
     "TriggerSent",
     "apply",
+    "current_step",
     "deadline_passed",
     "parse_report",
 ]

@@ -7,27 +7,39 @@ and what to do next is read off the returned ``Transition``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
-from ecron.core.model import Execution, Report, clamp_progress
+from ecron.core.model import Execution, Report, Step, clamp_progress
 from ecron.core.status import Channel, Reason, RemoteStatus, Status, can_move
 
 
 @dataclass(frozen=True, slots=True)
 class Reported:
-    """A report arrived through ``channel``."""
+    """A report arrived through ``channel``.
+
+    ``after_takeover``: the first poll by a node that took the execution over from
+    one that stopped; the service no longer knowing it then means FAILED
+    ``interrupted`` ("stopped here"), not ``lost``.
+    """
 
     report: Report
     channel: Channel
+    after_takeover: bool = False
+    #: The step the report is about (multi-step executions); another step's is ignored.
+    step: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class TriggerSent:
-    """The trigger POST left; the first one fixes ``triggered_at`` and the deadline."""
+    """The trigger of the current call (the execution, or its current step) is about to
+    leave. The first trigger fixes ``triggered_at``; the execution's deadline is that plus
+    ``timeout``, and a step's is the earlier of that and its start plus ``step_timeout``.
+    A call already started ignores it (a retry of the same call)."""
 
     timeout: timedelta
+    step_timeout: timedelta | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +48,8 @@ class TriggerFailed:
 
     reason: Reason
     message: str
+    #: The step whose trigger failed (multi-step executions).
+    step: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +59,8 @@ class ProbeFailed:
     kind: Literal["unreachable", "protocol_error"]
     limit: int
     message: str
+    #: The step that was probed (multi-step executions).
+    step: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,17 +119,16 @@ def apply(execution: Execution, event: Event, now: datetime) -> Transition:
     """
     if execution.is_final:
         return Transition(execution, execution, ignored=f"execution is {execution.status}")
+    if execution.steps and isinstance(event, Reported | TriggerFailed | ProbeFailed | Stopped):
+        return _apply_to_step(execution, event, now)
     match event:
-        case Reported(report, channel):
-            return _apply_report(execution, report, channel, now)
-        case TriggerSent(timeout):
-            if execution.triggered_at is not None:
-                return Transition(execution, execution, ignored="trigger already sent")
-            after = execution.evolve(triggered_at=now, deadline=now + timeout)
-            return Transition(execution, after)
-        case TriggerFailed(reason, message):
+        case Reported(report, channel, after_takeover, _):
+            return _apply_report(execution, report, channel, now, after_takeover)
+        case TriggerSent(timeout, step_timeout):
+            return _apply_trigger_sent(execution, timeout, step_timeout, now)
+        case TriggerFailed(reason, message, _):
             return Transition(execution, _finish(execution, Status.FAILED, reason, message, now))
-        case ProbeFailed(kind, limit, message):
+        case ProbeFailed(kind, limit, message, _):
             return _apply_probe_failure(execution, kind, limit, message, now)
         case CancelSent():
             if execution.cancel_sent_at is not None:
@@ -135,13 +150,91 @@ def deadline_passed(execution: Execution, now: datetime) -> bool:
     return execution.deadline is not None and now >= execution.deadline
 
 
+def current_step(execution: Execution) -> Step | None:
+    """The step in flight: the first one that did not succeed (None for a one-call task)."""
+    return next((step for step in execution.steps if step.status is not Status.SUCCESS), None)
+
+
+def _apply_trigger_sent(
+    execution: Execution, timeout: timedelta, step_timeout: timedelta | None, now: datetime
+) -> Transition:
+    step = current_step(execution)
+    started = execution.triggered_at if step is None else step.started_at
+    if started is not None:
+        return Transition(execution, execution, ignored="this call was already triggered")
+    first = execution.triggered_at or now
+    deadline = first + timeout
+    if step_timeout is not None:
+        deadline = min(deadline, now + step_timeout)
+    after = execution.evolve(triggered_at=first, deadline=deadline, probe_failures=0)
+    if step is not None:
+        after = after.evolve(steps=_replace_step(after, replace(step, started_at=now)))
+    return Transition(execution, after)
+
+
+def _apply_to_step(execution: Execution, event: Event, now: datetime) -> Transition:
+    """A multi-step execution: the event moves its current step, by the one-call rules
+    applied to a view of that step; the execution then follows from its steps."""
+    step = current_step(execution)
+    assert step is not None, "a non-final execution has a step in flight"
+    about = getattr(event, "step", None)
+    if about is not None and about != step.number:
+        return Transition(execution, execution, ignored=f"about step {about}, not the current one")
+    view = execution.evolve(
+        steps=(),
+        status=step.status,
+        reason=step.reason,
+        progress=step.progress,
+        message=step.message,
+        finished_at=None,
+    )
+    moved = apply(view, event, now)
+    if moved.cancel_due or not moved.changed:
+        return Transition(execution, execution, cancel_due=moved.cancel_due, ignored=moved.ignored)
+    call = moved.after
+    new_step = replace(
+        step,
+        status=call.status,
+        reason=call.reason,
+        progress=100.0 if call.status is Status.SUCCESS else call.progress,
+        message=call.message,
+        finished_at=call.finished_at,
+    )
+    steps = _replace_step(execution, new_step)
+    after = execution.evolve(
+        steps=steps,
+        progress=sum(s.progress for s in steps) / len(steps),
+        message=call.message,
+        probe_failures=call.probe_failures,
+        last_report_at=call.last_report_at,
+        cancel_acknowledged=call.cancel_acknowledged,
+        next_poll_at=call.next_poll_at,
+    )
+    last = new_step.number == execution.steps[-1].number
+    if new_step.is_final and (last or new_step.status is not Status.SUCCESS):
+        after = after.evolve(
+            status=call.status,
+            reason=call.reason,
+            finished_at=call.finished_at,
+            result=call.result,
+            result_truncated=call.result_truncated,
+        )
+    elif execution.status is Status.RUNNING or call.status is not Status.PENDING:
+        after = after.evolve(status=Status.RUNNING)
+    return Transition(execution, after)
+
+
+def _replace_step(execution: Execution, step: Step) -> tuple[Step, ...]:
+    return tuple(step if s.number == step.number else s for s in execution.steps)
+
+
 def _apply_report(
-    execution: Execution, report: Report, channel: Channel, now: datetime
+    execution: Execution, report: Report, channel: Channel, now: datetime, after_takeover: bool
 ) -> Transition:
     if deadline_passed(execution, now):
         return Transition(execution, execution, cancel_due=True, ignored="deadline passed")
     if report.status is RemoteStatus.UNKNOWN:
-        return _apply_unknown(execution, channel, now)
+        return _apply_unknown(execution, channel, now, after_takeover)
     message = report.message if report.message is not None else execution.message
     if report.status is RemoteStatus.RUNNING:
         progress = execution.progress if report.progress is None else report.progress
@@ -164,7 +257,9 @@ def _apply_report(
     return Transition(execution, after.evolve(last_report_at=now))
 
 
-def _apply_unknown(execution: Execution, channel: Channel, now: datetime) -> Transition:
+def _apply_unknown(
+    execution: Execution, channel: Channel, now: datetime, after_takeover: bool
+) -> Transition:
     if channel is Channel.TRIGGER:
         message = "the user service does not know the execution it was just given"
         return Transition(
@@ -174,6 +269,11 @@ def _apply_unknown(execution: Execution, channel: Channel, now: datetime) -> Tra
         # Polled because the trigger's outcome stayed unknown after its retries: it never started.
         message = "the trigger's outcome was unknown, and the user service does not know it"
         failed = _finish(execution, Status.FAILED, Reason.TRIGGER_FAILED, message, now)
+        return Transition(execution, failed)
+    if after_takeover:
+        # The RUNNING residue of a node that stopped: "stopped here" is kept as a fact.
+        message = "the node driving it stopped, and the user service no longer knows it"
+        failed = _finish(execution, Status.FAILED, Reason.INTERRUPTED, message, now)
         return Transition(execution, failed)
     message = "the user service no longer knows this execution"
     return Transition(execution, _finish(execution, Status.FAILED, Reason.LOST, message, now))

@@ -109,6 +109,11 @@ class Step:
     started_at: datetime | None = None
     finished_at: datetime | None = None
 
+    @property
+    def is_final(self) -> bool:
+        """True once this step can never change again."""
+        return self.status in FINAL
+
 
 @dataclass(frozen=True, slots=True)
 class Execution:

@@ -27,33 +27,38 @@ ACKNOWLEDGED = frozenset({OutcomeKind.REPORT, OutcomeKind.UNKNOWN, OutcomeKind.B
 CANCEL_RETRYABLE = frozenset({OutcomeKind.TRANSIENT, OutcomeKind.UNSENT, OutcomeKind.NO_ANSWER})
 
 
-def trigger_event(outcome: CallOutcome) -> Event:
-    """What the (last) answer to a trigger means."""
+def trigger_event(outcome: CallOutcome, step: int | None = None) -> Event:
+    """What the (last) answer to a trigger (of ``step``, for a multi-step task) means."""
     match outcome.kind:
         case OutcomeKind.REPORT:
             assert outcome.report is not None
-            return Reported(outcome.report, Channel.TRIGGER)
+            return Reported(outcome.report, Channel.TRIGGER, step=step)
         case OutcomeKind.UNKNOWN:
-            return Reported(outcome.report or _UNKNOWN, Channel.TRIGGER)
+            return Reported(outcome.report or _UNKNOWN, Channel.TRIGGER, step=step)
         case OutcomeKind.REJECTED:
-            return TriggerFailed(Reason.REJECTED, f"the trigger was refused: {outcome.detail}")
+            detail = f"the trigger was refused: {outcome.detail}"
+            return TriggerFailed(Reason.REJECTED, detail, step)
         case OutcomeKind.BAD_REPORT:
-            return TriggerFailed(
-                Reason.PROTOCOL_ERROR, f"the trigger answer is not a report: {outcome.detail}"
-            )
-    return TriggerFailed(
-        Reason.TRIGGER_FAILED, f"the trigger could not be delivered: {outcome.detail}"
-    )
+            detail = f"the trigger answer is not a report: {outcome.detail}"
+            return TriggerFailed(Reason.PROTOCOL_ERROR, detail, step)
+    detail = f"the trigger could not be delivered: {outcome.detail}"
+    return TriggerFailed(Reason.TRIGGER_FAILED, detail, step)
 
 
-def poll_event(outcome: CallOutcome, call: CallSettings) -> Event:
-    """What the answer to a poll means."""
+def poll_event(
+    outcome: CallOutcome,
+    call: CallSettings,
+    step: int | None = None,
+    *,
+    after_takeover: bool = False,
+) -> Event:
+    """What the answer to a poll (of ``step``, for a multi-step task) means."""
     match outcome.kind:
         case OutcomeKind.REPORT:
             assert outcome.report is not None
-            return Reported(outcome.report, Channel.POLL)
+            return Reported(outcome.report, Channel.POLL, after_takeover, step)
         case OutcomeKind.UNKNOWN:
-            return Reported(outcome.report or _UNKNOWN, Channel.POLL)
+            return Reported(outcome.report or _UNKNOWN, Channel.POLL, after_takeover, step)
         case OutcomeKind.BAD_REPORT:
-            return ProbeFailed("protocol_error", call.max_probe_failures, outcome.detail)
-    return ProbeFailed("unreachable", call.max_probe_failures, outcome.detail)
+            return ProbeFailed("protocol_error", call.max_probe_failures, outcome.detail, step)
+    return ProbeFailed("unreachable", call.max_probe_failures, outcome.detail, step)

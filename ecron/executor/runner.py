@@ -33,7 +33,9 @@ from ecron.core import (
     Reported,
     Status,
     Transition,
+    TriggerSent,
     apply,
+    current_step,
     deadline_passed,
 )
 from ecron.core.status import Channel
@@ -42,7 +44,6 @@ from ecron.executor.http import CallContext, HttpCaller
 from ecron.executor.outcomes import poll_event
 from ecron.executor.stopping import stop
 from ecron.executor.trigger import run_trigger
-from ecron.ids import remote_id
 from ecron.store.base import Store
 from ecron.store.writer import StateWriter
 
@@ -94,6 +95,8 @@ class Executor:
         self._background: set[asyncio.Task[Any]] = set()
         #: Specs of tasks removed by a reload while executions of them were in flight.
         self.retired_specs: dict[str, TaskSpec] = {}
+        #: Executions taken over and not polled since: their first poll is the residue check.
+        self._adopted: set[str] = set()
         #: Executions whose cancel call is under way on this node: never polled or triggered again.
         self.stopping: set[str] = set()
 
@@ -120,9 +123,10 @@ class Executor:
         (the unknown-outcome rule); a RUNNING one is polled at once.
         """
         self._inflight[execution.eid] = execution
-        if execution.status is Status.PENDING:
+        if _call_status(execution) is Status.PENDING:
             self.start(execution)
         else:
+            self._adopted.add(execution.eid)
             self.schedule(execution.eid, self.clock.now())
 
     def forget(self, eid: str) -> None:
@@ -160,8 +164,11 @@ class Executor:
             raise Conflict(f"execution {eid} ended as {status} before the cancel")
         return stopped
 
-    async def report(self, eid: str, report: Report) -> tuple[Transition, Execution]:
-        """A callback's report about ``eid``, from any node, through the one core function.
+    async def report(
+        self, eid: str, report: Report, step: int | None = None
+    ) -> tuple[Transition, Execution]:
+        """A callback's report about ``eid`` (or its ``step``), from any node, through the
+        one core function.
 
         Raises ``NotFound`` for an unknown eid. A transition with ``cancel_due``
         means the deadline had passed: the cancel was sent instead.
@@ -170,11 +177,13 @@ class Executor:
         if execution is None:
             raise NotFound(f"no execution {eid!r}")
         self.warn_ignored(execution, report)
-        event = Reported(report, Channel.CALLBACK)
+        event = Reported(report, Channel.CALLBACK, step=step)
         transition, stored = await self.record(execution, event, as_owner=False)
         if transition.cancel_due:
             stopped = await stop(self, execution, Status.TIMED_OUT, "the task timeout passed")
             return transition, stopped or execution
+        if stored is not None and eid in self._inflight and _step_advanced(transition):
+            self.plan_next(transition, stored)
         return transition, stored or await self.store.get_execution(eid) or execution
 
     async def run(self) -> None:
@@ -346,7 +355,9 @@ class Executor:
             self.warn_ignored(execution, outcome.report)
         if eid in self.stopping:
             return  # a cancel started while this poll was out: its answer no longer counts
-        transition, stored = await self.record(execution, poll_event(outcome, call))
+        event = poll_event(outcome, call, ctx.step_number, after_takeover=eid in self._adopted)
+        self._adopted.discard(eid)
+        transition, stored = await self.record(execution, event)
         self.plan_next(transition, stored)
 
     async def _finish_abandoned_cancel(self, execution: Execution, now: datetime) -> None:
@@ -393,24 +404,37 @@ class Executor:
             return
         if stored is None or stored.is_final or stored.eid not in self._inflight:
             return
+        if _call_status(stored) is Status.PENDING and not _call_started(stored):
+            self.start(stored)  # the previous step succeeded: the next one is triggered now
+            return
         self.schedule(stored.eid, self._next_due(stored))
 
     # -- helpers --------------------------------------------------------------------------
 
     def call_of(self, execution: Execution) -> tuple[CallSettings, CallContext]:
-        """The call settings and header context of the call in flight for ``execution``."""
+        """The call settings and header context of the call in flight for ``execution``:
+        the execution itself, or its current step (under the step's remote id)."""
         spec = self.spec_of(execution.task)
-        number: int | None = None  # one-call tasks; steps are driven one call at a time
+        step = current_step(execution)
         ctx = CallContext(
-            remote_id=remote_id(execution.eid, number),
+            remote_id=execution.eid if step is None else step.remote_id,
             eid=execution.eid,
             task=execution.task,
             scheduled_at=execution.scheduled_at,
             deadline=execution.deadline,
             attempt=execution.attempt,
             resume_of=execution.resume_of,
+            step_name=None if step is None else step.name,
+            step_number=None if step is None else step.number,
         )
-        return spec.call(number), ctx
+        return spec.call(ctx.step_number), ctx
+
+    def trigger_sent(self, execution: Execution) -> TriggerSent:
+        """The event for the trigger of the call in flight: the task's ``task_timeout``, and
+        for a step also its own (DESIGN.md: the earlier of the two deadlines holds)."""
+        call, ctx = self.call_of(execution)
+        timeout = self.spec_of(execution.task).task_timeout
+        return TriggerSent(timeout, None if ctx.step_number is None else call.task_timeout)
 
     def spec_of(self, task: str) -> TaskSpec:
         """The spec ``task`` runs under: the loaded config's, or, for a task a reload removed
@@ -434,3 +458,21 @@ class Executor:
                 execution_id=execution.eid,
                 detail=warning,
             )
+
+
+def _call_status(execution: Execution) -> Status:
+    """The status of the call in flight: the current step's, or the execution's."""
+    step = current_step(execution)
+    return execution.status if step is None else step.status
+
+
+def _call_started(execution: Execution) -> bool:
+    """True once the trigger of the call in flight has left."""
+    step = current_step(execution)
+    return (execution.triggered_at if step is None else step.started_at) is not None
+
+
+def _step_advanced(transition: Transition) -> bool:
+    """True when the transition finished one step and another is now in flight."""
+    before, after = current_step(transition.before), current_step(transition.after)
+    return before is not None and after is not None and after.number != before.number

@@ -25,7 +25,7 @@ from tenacity.stop import stop_base
 from tenacity.wait import wait_base, wait_exponential_jitter
 
 from ecron.config.model import CallSettings, TriggerRetry
-from ecron.core import Execution, Status, TriggerSent
+from ecron.core import Execution, Status, current_step
 from ecron.executor.http import CallContext, CallOutcome, OutcomeKind
 from ecron.executor.outcomes import RETRYABLE, trigger_event
 
@@ -86,14 +86,17 @@ async def run_trigger(executor: Executor, execution: Execution) -> None:
 
 async def _run_trigger(executor: Executor, execution: Execution) -> None:
     call, ctx = executor.call_of(execution)
-    probe_first = execution.triggered_at is not None  # adopted: a trigger may have left already
-    if execution.triggered_at is None:
-        _, stored = await executor.record(execution, TriggerSent(call.task_timeout))
+    step = current_step(execution)
+    started = execution.triggered_at if step is None else step.started_at
+    probe_first = started is not None  # adopted: a trigger may have left already
+    if started is None:
+        _, stored = await executor.record(execution, executor.trigger_sent(execution))
         if stored is None or stored.is_final:
             return
         execution = stored
-        if execution.status is not Status.PENDING:  # a callback overtook the trigger
-            executor.schedule(execution.eid, executor.clock.now())
+        moved = current_step(execution)
+        if (execution.status if moved is None else moved.status) is not Status.PENDING:
+            executor.schedule(execution.eid, executor.clock.now())  # a callback overtook it
             return
     attempt = _Attempt(executor, call, replace(ctx, deadline=execution.deadline), probe_first)
     retrying = AsyncRetrying(
@@ -120,7 +123,7 @@ async def _run_trigger(executor: Executor, execution: Execution) -> None:
         )
         executor.schedule(execution.eid, executor.clock.now() + call.poll_interval)
         return
-    transition, stored = await executor.record(execution, trigger_event(outcome))
+    transition, stored = await executor.record(execution, trigger_event(outcome, ctx.step_number))
     executor.plan_next(transition, stored)
 
 
