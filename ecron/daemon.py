@@ -22,6 +22,7 @@ from ecron.config.model import Config, TaskSpec
 from ecron.core import Execution
 from ecron.executor.http import HttpCaller
 from ecron.executor.runner import Executor
+from ecron.patrol import Patrol
 from ecron.scheduler import Scheduler
 from ecron.store.lock import cluster_lock
 from ecron.store.migrate import upgrade
@@ -95,8 +96,17 @@ class Daemon:
             workers=settings.poll_workers,
             on_finished=self._finished,
         )
-        self.scheduler = Scheduler(
+        self.scheduler = scheduler = Scheduler(
             store=self.store,
+            executor=self.executor,
+            clock=self.clock,
+            settings=settings,
+            node_id=self.node_id,
+            specs=self.specs,
+        )
+        self.patrol = Patrol(
+            store=self.store,
+            scheduler=scheduler,
             executor=self.executor,
             clock=self.clock,
             settings=settings,
@@ -111,6 +121,7 @@ class Daemon:
             asyncio.create_task(self.executor.run(), name="ecron-executor"),
             asyncio.create_task(self.scheduler.run(), name="ecron-scheduler"),
             asyncio.create_task(self._keep_alive(), name="ecron-keep-alive"),
+            asyncio.create_task(self.patrol.run(), name="ecron-patrol"),
         ]
         log.info(
             "daemon_started",
@@ -197,7 +208,7 @@ class Daemon:
         if hasattr(self, "scheduler"):
             self.scheduler.claiming = False
         for loop in self._loops:
-            if loop.get_name() == "ecron-scheduler":
+            if loop.get_name() in ("ecron-scheduler", "ecron-patrol"):
                 loop.cancel()
         if hasattr(self, "executor"):
             await self.executor.drain(SHUTDOWN_GRACE)

@@ -38,3 +38,11 @@ def new_eid() -> str:
 def remote_id(eid: str, step: int | None) -> str:
     """The id a user service is given: the eid, or ``<eid>.<n>`` for step ``n``."""
     return eid if step is None else f"{eid}.{step}"
+
+
+def split_remote_id(remote: str) -> tuple[str, int | None]:
+    """``<eid>.<n>`` into the eid and step ``n``; a plain eid into itself and None."""
+    eid, dot, number = remote.rpartition(".")
+    if dot and number.isdigit() and eid:
+        return eid, int(number)
+    return remote, None

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ecron.config.model import TaskSpec
-from ecron.core import Execution, Reason, Status, TriggerKind
-from ecron.ids import new_eid
+from ecron.core import INTERRUPTED_REASONS, Execution, Reason, Status, Step, TriggerKind
+from ecron.ids import new_eid, remote_id
 from ecron.schedules import (
     ScheduleKind,
     latest_fire_times,
@@ -72,23 +72,36 @@ def plan_fires(task: TaskState, claim: Claim) -> FirePlan:
     if schedule.kind is ScheduleKind.AFTER:
         # Fixed delay: the next fire time is set when the execution ends; if none runs, from now.
         following = None if run else next_fire_time(schedule, claim.now, claim.now)
-    executions = [pending(task.name, when, claim) for when in run]
+    executions = [pending(task.name, when, claim, spec=spec) for when in run]
     why = "the fire time was found too late (misfire policy)"
     executions += [skipped(task.name, when, claim, Reason.MISFIRE, why) for when in skip]
     return FirePlan(next_fire_at=following, executions=executions)
 
 
-def pending(task: str, when: datetime, claim: Claim, **values: object) -> Execution:
-    """A PENDING execution of ``task`` for fire time ``when``, held by the claiming node."""
+def pending(
+    task: str, when: datetime, claim: Claim, *, spec: TaskSpec, **values: object
+) -> Execution:
+    """A PENDING execution of ``task`` for fire time ``when``, held by the claiming node,
+    with its steps when the task has them."""
+    eid = claim.new_id()
     return Execution(
-        eid=claim.new_id(),
+        eid=eid,
         task=task,
         scheduled_at=when,
         created_at=claim.now,
         owner=claim.node,
         lease_until=claim.lease_until,
         fence=1,
+        steps=new_steps(spec, eid),
         **values,  # type: ignore[arg-type]
+    )
+
+
+def new_steps(spec: TaskSpec, eid: str) -> tuple[Step, ...]:
+    """The steps of a new execution ``eid``: all PENDING, remote ids ``<eid>.<n>``."""
+    return tuple(
+        Step(number=n, name=name, remote_id=remote_id(eid, n))
+        for n, name in enumerate(spec.step_names, start=1)
     )
 
 
@@ -119,19 +132,71 @@ def retry_delay(spec: TaskSpec, attempt: int) -> timedelta:
     return min(spec.retry.backoff * doubling, spec.retry.max_backoff)
 
 
+def resumable(execution: Execution) -> str | None:
+    """Why ``execution`` cannot be resumed, or None when it can: only a final execution
+    that did not succeed (FAILED, TIMED_OUT, CANCELLED) can be."""
+    if not execution.is_final:
+        return f"execution {execution.eid} is still {execution.status}"
+    if execution.status in (Status.SUCCESS, Status.SKIPPED):
+        return f"execution {execution.eid} is {execution.status}: there is nothing to resume"
+    return None
+
+
+def plan_resume(old: Execution, spec: TaskSpec, claim: Claim) -> Execution:
+    """The resume of ``old``: a new execution of the same fire time and attempt, one
+    ``resume_attempt`` further, whose steps that were SUCCESS stay SUCCESS (with their old
+    remote ids) and whose other steps start afresh under the new id."""
+    eid = claim.new_id()
+    done = {s.number: s for s in old.steps if s.status is Status.SUCCESS}
+    steps = tuple(
+        done[step.number] if step.number in done and done[step.number].name == step.name else step
+        for step in new_steps(spec, eid)
+    )
+    return Execution(
+        eid=eid,
+        task=old.task,
+        scheduled_at=old.scheduled_at,
+        created_at=claim.now,
+        trigger_kind=TriggerKind.RESUME,
+        attempt=old.attempt,
+        resume_of=old.eid,
+        resume_attempt=old.resume_attempt + 1,
+        progress=sum(s.progress for s in steps) / len(steps) if steps else 0.0,
+        owner=claim.node,
+        lease_until=claim.lease_until,
+        fence=1,
+        steps=steps,
+    )
+
+
+def resumes_automatically(execution: Execution, spec: TaskSpec) -> bool:
+    """True when ``execution`` will be resumed without a person: it was interrupted, the
+    task is idempotent with ``resume.auto``, and its chain has resumes left."""
+    return (
+        execution.status is Status.FAILED
+        and execution.reason in INTERRUPTED_REASONS
+        and spec.idempotent
+        and spec.resume.auto
+        and execution.resume_attempt < spec.resume.max_attempts
+    )
+
+
 def plan_retry(
     execution: Execution, spec: TaskSpec, claim: Claim, next_fire_at: datetime | None
 ) -> Execution | None:
     """The retry of a FAILED ``execution``, or None.
 
-    Only FAILED executions are retried (not TIMED_OUT, CANCELLED or SKIPPED, and not
-    resumes: those continue through the resume rules), at most ``retry.max_attempts``
+    Only FAILED executions are retried (not TIMED_OUT, CANCELLED or SKIPPED, and neither
+    resumes nor interrupted executions that will be resumed automatically: those continue
+    through the resume rules), at most ``retry.max_attempts``
     times per fire time. A retry never runs into the task's next fire time: when it would
     start at or after ``next_fire_at``, that fire time supersedes it. So a service that
     stays down costs at most ``1 + retry.max_attempts`` rows per fire time.
     """
     if execution.status is not Status.FAILED or execution.trigger_kind is TriggerKind.RESUME:
         return None
+    if resumes_automatically(execution, spec):
+        return None  # it continues where it stopped instead of starting over
     if execution.attempt > spec.retry.max_attempts:
         return None
     start = claim.now + retry_delay(spec, execution.attempt)
@@ -141,18 +206,22 @@ def plan_retry(
         execution.task,
         execution.scheduled_at,
         claim,
+        spec=spec,
         trigger_kind=TriggerKind.RETRY,
         attempt=execution.attempt + 1,
         next_poll_at=start,
     )
 
 
-def outcome_of(execution: Execution, retried: bool) -> bool | None:
+def outcome_of(execution: Execution, retried: bool, resumed: bool = False) -> bool | None:
     """For the count of final failures in a row: True (success, resets it), False (a final
-    failure: FAILED and not retried, or TIMED_OUT), None (does not count either way)."""
+    failure: FAILED with no retry or automatic resume to follow, or TIMED_OUT), None (does
+    not count either way)."""
     if execution.status is Status.SUCCESS:
         return True
-    if execution.status is Status.TIMED_OUT or (execution.status is Status.FAILED and not retried):
+    if execution.status is Status.TIMED_OUT:
+        return False
+    if execution.status is Status.FAILED and not (retried or resumed):
         return False
     return None
 

@@ -21,17 +21,21 @@ import structlog
 
 from ecron.clock import Clock
 from ecron.config.model import DaemonSettings, TaskSpec
-from ecron.core import Execution, Reason, Skipped, Status, TriggerKind
+from ecron.core import INTERRUPTED_REASONS, Execution, Reason, Skipped, Status, TriggerKind
 from ecron.errors import Conflict, NotFound
 from ecron.executor.runner import Executor
 from ecron.ids import new_eid
 from ecron.planning import (
     Claim,
+    new_steps,
     outcome_of,
     overlapping,
     pause_reason,
     plan_fires,
+    plan_resume,
     plan_retry,
+    resumable,
+    resumes_automatically,
 )
 from ecron.schedules import ScheduleKind, jitter_offset, next_fire_time
 from ecron.store.base import Store, TaskState
@@ -280,6 +284,7 @@ class Scheduler:
             lease_until=now + self.settings.lease_ttl,
             fence=1,
         )
+        execution = execution.evolve(steps=new_steps(spec, execution.eid))
         created = await self.store.create_execution(execution)
         if created is None:
             raise Conflict(f"task {name!r}: a manual run at {now.isoformat()} already exists")
@@ -310,10 +315,18 @@ class Scheduler:
         following = None
         if retry is None and spec.fire_schedule.kind is ScheduleKind.AFTER and spec.enabled:
             following = next_fire_time(spec.fire_schedule, execution.finished_at, now)
+        resumed = resumes_automatically(execution, spec)
+        if not resumed and execution.reason in INTERRUPTED_REASONS and spec.resume.auto:
+            log.warning(
+                "resume_chain_exhausted",
+                task=execution.task,
+                execution_id=execution.eid,
+                resume_attempt=execution.resume_attempt,
+            )
         state = await self.store.task_finished(
             execution.task,
             execution.finished_at,
-            outcome_of(execution, retried=retry is not None),
+            outcome_of(execution, retried=retry is not None, resumed=resumed),
             following,
             pause_after=spec.pause_after_failures,
             pause_reason=pause_reason(spec, execution),
@@ -322,6 +335,41 @@ class Scheduler:
             log.warning("task_paused", task=state.name, reason=state.paused_reason)
         if following is not None:
             self.wake()
+
+    async def resume(self, eid: str, *, why: str) -> Execution:
+        """Resume execution ``eid`` from its first step that did not succeed (``why``: who
+        asked). Raises ``NotFound``, or ``Conflict`` when it cannot be resumed, was already
+        resumed (naming that resume), or the task is running under ``concurrency: forbid``."""
+        old = await self.store.get_execution(eid)
+        if old is None:
+            raise NotFound(f"no execution {eid!r}")
+        if (refusal := resumable(old)) is not None:
+            raise Conflict(refusal)
+        if existing := (await self.store.resumes_of([eid])).get(eid):
+            raise Conflict(f"execution {eid} was already resumed by {existing}")
+        spec = self.specs.get(old.task)
+        if spec is None:
+            raise NotFound(f"task {old.task!r} is not in this node's config")
+        if spec.concurrency == "forbid" and (
+            active := await self.store.active_executions(old.task)
+        ):
+            raise Conflict(f"task {old.task!r} is running (execution {active[0].eid})")
+        created = await self.store.create_execution(
+            plan_resume(old, spec, self.claim(self.clock.now()))
+        )
+        if created is None:
+            existing = (await self.store.resumes_of([eid])).get(eid)
+            raise Conflict(f"execution {eid} was already resumed by {existing}")
+        log.info(
+            "execution_resumed",
+            task=old.task,
+            execution_id=created.eid,
+            resume_of=eid,
+            resume_attempt=created.resume_attempt,
+            by=why,
+        )
+        self.executor.start(created)
+        return created
 
     async def set_paused(self, name: str, paused: bool, reason: str | None) -> TaskState:
         """Pause or unpause ``name`` (API); unpausing restarts its schedule from now."""

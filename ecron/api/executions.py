@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from aiohttp import web
 
@@ -10,6 +11,7 @@ from ecron.api.app import context, error
 from ecron.api.snapshots import execution_snapshot, step_snapshot
 from ecron.core import Execution, InvalidReport, RemoteStatus, Status, parse_report
 from ecron.errors import NotFound
+from ecron.ids import split_remote_id
 from ecron.signing import token_matches
 
 routes = web.RouteTableDef()
@@ -40,8 +42,19 @@ async def list_executions(request: web.Request) -> web.Response:
     page = await context(request).store.list_executions(
         task=query.get("task"), status=status, limit=limit, before=query.get("before")
     )
-    items = [execution_snapshot(execution) for execution in page.items]
+    items = await snapshots(request, page.items)
     return web.json_response({"items": items, "next": page.next})
+
+
+async def snapshots(request: web.Request, executions: list[Execution]) -> list[dict[str, Any]]:
+    """Snapshots of ``executions``, each naming its resume when it has one."""
+    resumes = await context(request).store.resumes_of([e.eid for e in executions])
+    return [execution_snapshot(e, resumes.get(e.eid)) for e in executions]
+
+
+async def snapshot(request: web.Request, execution: Execution) -> dict[str, Any]:
+    """The snapshot of one execution, naming its resume when it has one."""
+    return (await snapshots(request, [execution]))[0]
 
 
 async def _execution(request: web.Request) -> Execution:
@@ -55,7 +68,7 @@ async def _execution(request: web.Request) -> Execution:
 @routes.get("/api/v1/executions/{eid}")
 async def get_execution(request: web.Request) -> web.Response:
     """One execution's snapshot."""
-    return web.json_response(execution_snapshot(await _execution(request)))
+    return web.json_response(await snapshot(request, await _execution(request)))
 
 
 @routes.get("/api/v1/executions/{eid}/steps")
@@ -74,12 +87,12 @@ async def cancel_execution(request: web.Request) -> web.Response:
         return error(
             409,
             f"execution {execution.eid} is already {execution.status}",
-            execution_snapshot(execution),
+            await snapshot(request, execution),
         )
     stopped = await context(request).executor.cancel(
         execution.eid, "cancelled by a person through the API"
     )
-    return web.json_response(execution_snapshot(stopped))
+    return web.json_response(await snapshot(request, stopped))
 
 
 @routes.post("/api/v1/executions/{eid}/report")
@@ -89,9 +102,12 @@ async def report(request: web.Request) -> web.Response:
     changed), 200 (applied). Each answer carries the execution's snapshot where it has one."""
     ctx = context(request)
     remote = request.match_info["eid"]
-    execution = await ctx.store.get_execution(remote)
-    if execution is None:
-        return error(404, f"no execution {remote!r}")
+    eid, step = split_remote_id(remote)
+    execution = await ctx.store.get_execution(eid)
+    if execution is None or (
+        step is not None and not any(s.remote_id == remote for s in execution.steps)
+    ):
+        return error(404, f"no execution or step {remote!r}")
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token_matches(ctx.callback_secret, remote, token.strip()):
         return error(
@@ -107,13 +123,25 @@ async def report(request: web.Request) -> web.Response:
         return error(400, "not a valid report", "a callback cannot report UNKNOWN")
     if execution.is_final:
         return error(
-            409, f"execution {remote} is already {execution.status}", execution_snapshot(execution)
+            409,
+            f"execution {remote} is already {execution.status}",
+            await snapshot(request, execution),
         )
-    transition, current = await ctx.executor.report(execution.eid, parsed)
-    if transition.cancel_due or (current.is_final and not transition.changed):
+    transition, current = await ctx.executor.report(execution.eid, parsed, step)
+    if transition.cancel_due or not transition.changed:
         return error(
             409,
             f"execution {remote} is {current.status}; the report changed nothing",
-            execution_snapshot(current),
+            await snapshot(request, current),
         )
-    return web.json_response(execution_snapshot(current))
+    return web.json_response(await snapshot(request, current))
+
+
+@routes.post("/api/v1/executions/{eid}/resume")
+async def resume_execution(request: web.Request) -> web.Response:
+    """Resume from the first step that did not succeed: 202 and the new execution; 409 when
+    it cannot be resumed (not final, succeeded, already resumed, or the task is running);
+    404 when unknown."""
+    execution = await _execution(request)
+    created = await context(request).scheduler.resume(execution.eid, why="api")
+    return web.json_response(await snapshot(request, created), status=202)

@@ -9,8 +9,9 @@ from ecron.core import Execution, Step
 from ecron.store.base import TaskState
 
 
-def execution_snapshot(execution: Execution) -> dict[str, Any]:
-    """Everything people need to know about one execution."""
+def execution_snapshot(execution: Execution, resumed_by: str | None = None) -> dict[str, Any]:
+    """Everything people need to know about one execution (``resumed_by``: the id of its
+    resume, when it was resumed)."""
     return {
         "id": execution.eid,
         "task": execution.task,
@@ -30,6 +31,7 @@ def execution_snapshot(execution: Execution) -> dict[str, Any]:
         "deadline": iso(execution.deadline),
         "resume_of": execution.resume_of,
         "resume_attempt": execution.resume_attempt,
+        "resumed_by": resumed_by,
         "cancel_acknowledged": execution.cancel_acknowledged,
         "probe_failures": execution.probe_failures,
         "owner": execution.owner,

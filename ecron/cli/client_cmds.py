@@ -217,3 +217,24 @@ def unpause(name: str, api: str, token: str | None) -> None:
         _fail(exc)
         return
     Console().print(f"{name} unpaused; next fire time {snapshot['next_fire_at'] or '-'}")
+
+
+@cli.command()
+@click.argument("eid")
+@click.option("--wait", is_flag=True, help="Follow the resume with a progress bar until it ends.")
+@api_options
+def resume(eid: str, wait: bool, api: str, token: str | None) -> None:
+    """Resume execution EID from its first step that did not succeed (a new execution)."""
+    client = _client(api, token)
+    try:
+        _, snapshot = client.post(f"/api/v1/executions/{eid}/resume")
+    except ApiError as exc:
+        _fail(exc)
+        return
+    console = Console()
+    done = [s["number"] for s in snapshot["steps"] if s["status"] == "SUCCESS"]
+    start = "the start" if not done else f"step {max(done) + 1}"
+    console.print(f"resumed {eid} as {snapshot['id']}, from {start}")
+    if wait:
+        final = follow(client, snapshot["id"], console)
+        raise SystemExit(0 if final["status"] == "SUCCESS" else 1)

@@ -233,8 +233,11 @@ class TaskSpec(_Strict):
         inherited = {key: getattr(self, key) for key in CALL_KEYS}
         if step is not None:
             assert self.steps is not None
-            own = self.steps[step - 1].model_dump(exclude_unset=True, exclude={"name"})
-            inherited.update({key: getattr(self.steps[step - 1], key) for key in own})
+            own = self.steps[step - 1]
+            # A key the step leaves unset (or sets to nothing) comes from the task.
+            inherited.update(
+                {key: getattr(own, key) for key in CALL_KEYS if getattr(own, key) is not None}
+            )
         if inherited["url"] is None:
             raise ValueError(f"steps: step {step} has no url and the task sets none")
         return CallSettings.model_validate(inherited)

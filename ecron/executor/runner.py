@@ -123,7 +123,9 @@ class Executor:
         (the unknown-outcome rule); a RUNNING one is polled at once.
         """
         self._inflight[execution.eid] = execution
-        if _call_status(execution) is Status.PENDING:
+        if deadline_passed(execution, self.clock.now()):
+            self.schedule(execution.eid, self.clock.now())  # no trigger: it times out
+        elif _call_status(execution) is Status.PENDING:
             self.start(execution)
         else:
             self._adopted.add(execution.eid)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -196,7 +197,41 @@ class Store(abc.ABC):
     async def release_leases(self, node: str, eids: Sequence[str]) -> None:
         """Give up ``node``'s leases so another node can adopt them at once."""
 
+    @abc.abstractmethod
+    async def resumes_of(self, eids: Sequence[str]) -> dict[str, str]:
+        """For each of ``eids`` that was resumed, the eid of its resume."""
+
+    @abc.abstractmethod
+    async def interrupted_unresumed(
+        self, task: str, since: datetime, limit: int
+    ) -> list[Execution]:
+        """The task's executions that ended FAILED for an interrupting reason (interrupted,
+        unreachable, lost) at or after ``since`` and were not resumed, oldest first."""
+
+    @abc.abstractmethod
+    async def stuck(
+        self, now: datetime, silent_since: Mapping[str, datetime], limit: int
+    ) -> list[Execution]:
+        """Active executions that nothing seems to drive: past their deadline before
+        ``now``, or (tasks in ``silent_since``) with no report or trigger since then."""
+
+    @abc.abstractmethod
+    async def force_claim(
+        self, node: str, eids: Sequence[str], lease_until: datetime
+    ) -> list[Execution]:
+        """Take the leases of the active ones of ``eids`` whoever holds them (raising the
+        fence, so the holder's writes are refused from now on)."""
+
+    @abc.abstractmethod
+    async def purge_history(self, before: datetime, batch: int) -> int:
+        """Delete up to ``batch`` final executions (with their steps) that finished before
+        ``before``; how many were deleted."""
+
     # -- nodes and shared settings --------------------------------------------------------
+
+    @abc.abstractmethod
+    def exclusive(self, name: str) -> AbstractAsyncContextManager[bool]:
+        """The cluster-wide lock ``name``, tried without waiting: yields whether it is held."""
 
     @abc.abstractmethod
     async def heartbeat(self, node: str, now: datetime, *, host: str = "", pid: int = 0) -> None:

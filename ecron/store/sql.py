@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any
 
@@ -12,9 +13,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ecron import __version__
-from ecron.core import ACTIVE, Execution, Status, Step
+from ecron.core import ACTIVE, FINAL, INTERRUPTED_REASONS, Execution, Status, Step
 from ecron.store.base import FirePlan, Page, Planner, Store, TaskState
 from ecron.store.engine import Engines
+from ecron.store.lock import cluster_lock
 from ecron.store.mapping import (
     changed_values,
     execution_values,
@@ -330,7 +332,113 @@ class SqlStore(TaskOperations, Store):
                 .values(owner=None, lease_until=None, version=execution_table.c.version + 1)
             )
 
+    async def resumes_of(self, eids: Sequence[str]) -> dict[str, str]:
+        if not eids:
+            return {}
+        query = sa.select(execution_table.c.resume_of, execution_table.c.eid).where(
+            execution_table.c.resume_of.in_(list(eids))
+        )
+        async with self.engines.read() as conn:
+            return {row.resume_of: row.eid for row in await conn.execute(query)}
+
+    async def interrupted_unresumed(
+        self, task: str, since: datetime, limit: int
+    ) -> list[Execution]:
+        resumed = sa.select(execution_table.c.resume_of).where(
+            execution_table.c.resume_of.is_not(None)
+        )
+        query = (
+            sa.select(execution_table)
+            .where(
+                execution_table.c.task == task,
+                execution_table.c.status == str(Status.FAILED),
+                execution_table.c.reason.in_([str(r) for r in INTERRUPTED_REASONS]),
+                execution_table.c.finished_at >= since,
+                execution_table.c.eid.not_in(resumed),
+            )
+            .order_by(execution_table.c.finished_at)
+            .limit(limit)
+        )
+        return await self._executions(query)
+
+    async def stuck(
+        self, now: datetime, silent_since: Mapping[str, datetime], limit: int
+    ) -> list[Execution]:
+        last_heard = sa.func.coalesce(
+            execution_table.c.last_report_at, execution_table.c.triggered_at
+        )
+        silent = [
+            sa.and_(execution_table.c.task == task, last_heard < since)
+            for task, since in silent_since.items()
+        ]
+        query = (
+            sa.select(execution_table)
+            .where(
+                execution_table.c.status.in_(_ACTIVE),
+                sa.or_(execution_table.c.deadline < now, *silent),
+            )
+            .order_by(execution_table.c.eid)
+            .limit(limit)
+        )
+        return await self._executions(query)
+
+    async def force_claim(
+        self, node: str, eids: Sequence[str], lease_until: datetime
+    ) -> list[Execution]:
+        if not eids:
+            return []
+        async with self.engines.write() as conn:
+            rows = (
+                (
+                    await conn.execute(
+                        sa.update(execution_table)
+                        .where(
+                            execution_table.c.eid.in_(list(eids)),
+                            execution_table.c.status.in_(_ACTIVE),
+                        )
+                        .values(
+                            owner=node,
+                            lease_until=lease_until,
+                            fence=execution_table.c.fence + 1,
+                            version=execution_table.c.version + 1,
+                        )
+                        .returning(*execution_table.c)
+                    )
+                )
+                .mappings()
+                .all()
+            )
+            steps = await self._steps(conn, [row["eid"] for row in rows])
+        return [to_execution(row, steps.get(row["eid"], ())) for row in rows]
+
+    async def purge_history(self, before: datetime, batch: int) -> int:
+        old = (
+            sa.select(execution_table.c.eid)
+            .where(
+                execution_table.c.status.in_([str(s) for s in FINAL]),
+                execution_table.c.finished_at < before,
+            )
+            .limit(batch)
+        )
+        async with self.engines.write() as conn:
+            eids = list((await conn.execute(old)).scalars())
+            if eids:
+                await conn.execute(sa.delete(step_table).where(step_table.c.eid.in_(eids)))
+                await conn.execute(
+                    sa.delete(execution_table).where(execution_table.c.eid.in_(eids))
+                )
+        return len(eids)
+
+    async def _executions(self, query: sa.Select[Any]) -> list[Execution]:
+        async with self.engines.read() as conn:
+            rows = (await conn.execute(query)).mappings().all()
+            steps = await self._steps(conn, [row["eid"] for row in rows])
+        return [to_execution(row, steps.get(row["eid"], ())) for row in rows]
+
     # -- nodes and shared settings --------------------------------------------------------
+
+    def exclusive(self, name: str) -> AbstractAsyncContextManager[bool]:
+        return cluster_lock(self.engines, name, wait=False)
 
     async def heartbeat(self, node: str, now: datetime, *, host: str = "", pid: int = 0) -> None:
 

@@ -68,6 +68,7 @@ class ExecutionRow(SQLModel, table=True):
         sa.UniqueConstraint("resume_of", name="uq_execution_resume_of"),
         sa.Index("ix_execution_task_eid", "task", "eid"),
         sa.Index("ix_execution_status_eid", "status", "eid"),
+        sa.Index("ix_execution_finished", "finished_at"),
         sa.Index(
             "ix_execution_runnable",
             "lease_until",
@@ -116,7 +117,8 @@ class ExecutionStepRow(SQLModel, table=True):
     """One step of a multi-step execution."""
 
     __tablename__: ClassVar[str] = "execution_step"
-    __table_args__ = (sa.UniqueConstraint("remote_id", name="uq_execution_step_remote_id"),)
+    # Not unique: a resume shows the steps it inherits as SUCCESS under their old remote ids.
+    __table_args__ = (sa.Index("ix_execution_step_remote_id", "remote_id"),)
 
     eid: str = Field(primary_key=True, max_length=48)
     number: int = Field(primary_key=True)

@@ -16,6 +16,7 @@ from ecron.config.model import DaemonSettings, TaskSpec
 from ecron.core import Execution, Status
 from ecron.executor.http import HttpCaller
 from ecron.executor.runner import Executor
+from ecron.patrol import Patrol
 from ecron.scheduler import Scheduler
 from ecron.store.migrate import upgrade
 from ecron.store.sql import SqlStore
@@ -54,6 +55,7 @@ class Rig:
     executor: Executor
     scheduler: Scheduler
     specs: dict[str, TaskSpec]
+    patrol: Patrol
 
     async def tick(self, when: datetime) -> None:
         """Move the clock to ``when`` and let the scheduler claim and start what is due."""
@@ -119,9 +121,18 @@ async def rig(database_url: str, specs: list[TaskSpec], now: datetime) -> AsyncI
     scheduler = Scheduler(
         store=store, executor=executor, clock=clock, settings=settings, node_id="n1", specs=by_name
     )
+    patrol = Patrol(
+        store=store,
+        scheduler=scheduler,
+        executor=executor,
+        clock=clock,
+        settings=settings,
+        node_id="n1",
+        specs=by_name,
+    )
     workers = asyncio.create_task(executor.run())
     try:
-        yield Rig(store, clock, executor, scheduler, by_name)
+        yield Rig(store, clock, executor, scheduler, by_name, patrol)
     finally:
         await executor.drain(5)
         workers.cancel()

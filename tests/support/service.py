@@ -53,6 +53,8 @@ class UserService:
     """The service's state, readable by tests."""
 
     duration: float = 0.5
+    #: Durations by the job kind in the path (``/jobs/{kind}``), over ``duration``.
+    durations: dict[str, float] = field(default_factory=dict)
     calls: list[Call] = field(default_factory=list)
     jobs: dict[str, Job] = field(default_factory=dict)
     #: Runs before the normal handling; answering something overrides it.
@@ -97,7 +99,7 @@ class UserService:
             if answer is not None:
                 return answer
         if request.method == "POST":
-            return await self.start(eid)
+            return await self.start(eid, request.match_info.get("kind"))
         job = self.jobs.get(eid)
         if job is None:
             return web.json_response({"status": "UNKNOWN"}, status=404)
@@ -105,10 +107,11 @@ class UserService:
             job.cancelled = True
         return web.json_response(job.report(time.monotonic()))
 
-    async def start(self, eid: str) -> web.Response:
+    async def start(self, eid: str, kind: str | None = None) -> web.Response:
         """The normal trigger: start the job unless this eid has one (idempotent)."""
         if eid not in self.jobs:
-            self.jobs[eid] = Job(eid, time.monotonic(), self.duration)
+            duration = self.durations.get(kind or "", self.duration)
+            self.jobs[eid] = Job(eid, time.monotonic(), duration)
             self.starts[eid] = self.starts.get(eid, 0) + 1
         if self.trigger_delay:
             await asyncio.sleep(self.trigger_delay)

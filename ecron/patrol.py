@@ -1,0 +1,149 @@
+"""The patrol: periodic housekeeping under the cluster-wide lock (DESIGN.md, "Patrol").
+
+Every ``patrol_interval`` one node (whichever holds the lock) runs each job in turn:
+automatic resume of interrupted executions, stale detection, and history retention.
+The jobs are isolated: one that raises is logged and the others, and the scheduler,
+go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime, timedelta
+
+import structlog
+
+from ecron.clock import Clock
+from ecron.config.model import DaemonSettings, TaskSpec
+from ecron.errors import Conflict, NotFound
+from ecron.executor.runner import Executor
+from ecron.planning import resumes_automatically
+from ecron.scheduler import Scheduler
+from ecron.store.base import Store
+
+log = structlog.get_logger(__name__)
+
+Job = Callable[[datetime], Awaitable[int]]
+
+#: A stale execution is one past its deadline (or its heartbeat) by more than this.
+STALE_MARGIN = timedelta(seconds=30)
+#: At most this many rows are deleted per statement, and this many statements per patrol.
+PURGE_BATCH, PURGE_BATCHES = 1000, 20
+#: At most this many executions are resumed, or taken over as stale, per patrol.
+PATROL_LIMIT = 100
+
+
+class Patrol:
+    """Runs the housekeeping jobs; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        scheduler: Scheduler,
+        executor: Executor,
+        clock: Clock,
+        settings: DaemonSettings,
+        node_id: str,
+        specs: Mapping[str, TaskSpec],
+    ) -> None:
+        self.store = store
+        self.scheduler = scheduler
+        self.executor = executor
+        self.clock = clock
+        self.settings = settings
+        self.node_id = node_id
+        self.specs = specs
+        self.jobs: dict[str, Job] = {
+            "resume": self.auto_resume,
+            "stale": self.stale,
+            "retention": self.retention,
+        }
+        #: When the patrol last went round, and what each job did then.
+        self.last_run: datetime | None = None
+        self.last_counts: dict[str, int] = {}
+
+    async def run(self) -> None:
+        """Patrol every ``patrol_interval``, until cancelled."""
+        while True:
+            await asyncio.sleep(self.settings.patrol_interval.total_seconds())
+            try:
+                await self.run_once()
+            except Exception:
+                log.exception("patrol_failed")
+
+    async def run_once(self) -> dict[str, int] | None:
+        """One round, if this node gets the lock; what each job did (-1: it failed)."""
+        async with self.store.exclusive("patrol") as held:
+            if not held:
+                log.debug("patrol_skipped", reason="another node holds the patrol lock")
+                return None
+            now = self.clock.now()
+            counts: dict[str, int] = {}
+            for name, job in self.jobs.items():
+                try:
+                    counts[name] = await job(now)
+                except Exception:
+                    log.exception("patrol_job_failed", job=name)
+                    counts[name] = -1
+            self.last_run, self.last_counts = now, counts
+            log.info("patrol_done", **counts)
+            return counts
+
+    async def auto_resume(self, now: datetime) -> int:
+        """Resume interrupted executions of idempotent tasks with ``resume.auto``, within
+        ``resume.within`` of their failure, at most ``resume.max_attempts`` per chain."""
+        resumed = 0
+        for name, spec in self.specs.items():
+            if not (spec.idempotent and spec.resume.auto):
+                continue
+            since = now - spec.resume.within
+            for execution in await self.store.interrupted_unresumed(name, since, PATROL_LIMIT):
+                if not resumes_automatically(execution, spec):
+                    continue  # its chain has no resumes left
+                try:
+                    await self.scheduler.resume(execution.eid, why="patrol")
+                except (Conflict, NotFound) as exc:
+                    log.info(
+                        "auto_resume_deferred",
+                        task=name,
+                        execution_id=execution.eid,
+                        reason=str(exc),
+                    )
+                    continue
+                resumed += 1
+        return resumed
+
+    async def stale(self, now: datetime) -> int:
+        """Take over active executions nothing seems to drive (past their deadline, or in
+        callback mode silent past ``heartbeat_timeout``, by ``STALE_MARGIN``), whoever holds
+        them, and let the executor end them as the rules say."""
+        silent = {
+            name: now - spec.heartbeat_timeout - STALE_MARGIN
+            for name, spec in self.specs.items()
+            if spec.mode == "callback"
+        }
+        found = await self.store.stuck(now - STALE_MARGIN, silent, PATROL_LIMIT)
+        mine = [e.eid for e in found if e.task in self.specs]
+        taken = await self.store.force_claim(self.node_id, mine, now + self.settings.lease_ttl)
+        for execution in taken:
+            log.warning(
+                "stale_execution_taken_over",
+                task=execution.task,
+                execution_id=execution.eid,
+                status=str(execution.status),
+            )
+            self.executor.adopt(execution)
+        return len(taken)
+
+    async def retention(self, now: datetime) -> int:
+        """Delete final executions older than ``history_retention``, in bounded batches."""
+        before = now - self.settings.history_retention
+        deleted = 0
+        for _ in range(PURGE_BATCHES):
+            count = await self.store.purge_history(before, PURGE_BATCH)
+            deleted += count
+            if count < PURGE_BATCH:
+                break
+        return deleted
