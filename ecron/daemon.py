@@ -18,10 +18,13 @@ from aiohttp import web
 
 from ecron.api.app import ApiContext, make_app
 from ecron.clock import Clock
-from ecron.config.model import Config, TaskSpec
+from ecron.config.model import Config, TaskSpec, config_secrets
 from ecron.core import Execution
 from ecron.executor.http import HttpCaller
 from ecron.executor.runner import Executor
+from ecron.logs import hide
+from ecron.metrics import Metrics
+from ecron.notify import Notifier
 from ecron.patrol import Patrol
 from ecron.scheduler import Scheduler
 from ecron.store.lock import cluster_lock
@@ -70,7 +73,14 @@ class Daemon:
 
     async def _start(self) -> None:
         settings = self.settings
-        self.store = SqlStore.open(settings.database)
+        self.metrics = metrics = Metrics()
+        hide(config_secrets(self.config))
+        self.store = SqlStore.open(
+            settings.database,
+            observe=lambda kind, seconds: metrics.db_duration.labels(operation=kind).observe(
+                seconds
+            ),
+        )
         self._stack.push_async_callback(self.store.close)
         before, after = await upgrade(self.store.engines)
         if before != after:
@@ -78,6 +88,7 @@ class Daemon:
         await self._sync_tasks(self.clock.now())
         secret = settings.secret or await self.store.shared_secret(secrets.token_hex(32))
         self.callback_secret = secret
+        hide([secret])
         connector = aiohttp.TCPConnector(limit=max(100, settings.poll_workers * 2))
         session = aiohttp.ClientSession(connector=connector)
         # aiohttp silently sends a GET or DELETE again when the connection drops; ecron counts
@@ -86,7 +97,10 @@ class Daemon:
         session._retry_connection = False
         self._stack.push_async_callback(session.close)
         self.writer = StateWriter(self.store)
-        caller = HttpCaller(session, public_url=settings.public_url, callback_secret=secret)
+        caller = HttpCaller(
+            session, public_url=settings.public_url, callback_secret=secret, metrics=metrics
+        )
+        self.notifier = Notifier(settings.notify, self.specs, session, metrics, self.node_id)
         self.executor = Executor(
             store=self.store,
             writer=self.writer,
@@ -95,6 +109,9 @@ class Daemon:
             specs=self.specs,
             workers=settings.poll_workers,
             on_finished=self._finished,
+            metrics=metrics,
+            node_id=self.node_id,
+            notifier=self.notifier,
         )
         self.scheduler = scheduler = Scheduler(
             store=self.store,
@@ -122,6 +139,7 @@ class Daemon:
             asyncio.create_task(self.scheduler.run(), name="ecron-scheduler"),
             asyncio.create_task(self._keep_alive(), name="ecron-keep-alive"),
             asyncio.create_task(self.patrol.run(), name="ecron-patrol"),
+            asyncio.create_task(self.notifier.run(), name="ecron-notifier"),
         ]
         log.info(
             "daemon_started",
@@ -140,6 +158,8 @@ class Daemon:
             clock=self.clock,
             node_id=self.node_id,
             callback_secret=self.callback_secret,
+            metrics=self.metrics,
+            patrol=self.patrol,
         )
         runner = web.AppRunner(make_app(ctx), access_log=None)
         await runner.setup()
@@ -196,6 +216,7 @@ class Daemon:
 
     async def reload(self, config: Config) -> None:
         """Take new task definitions (SIGHUP): the database follows, running work goes on."""
+        hide(config_secrets(config))
         removed = {name: spec for name, spec in self.specs.items() if name not in config.tasks}
         self.executor.retire_specs(removed)
         self.specs.clear()

@@ -1,33 +1,99 @@
-"""Structured logs with structlog: JSON lines (default off a terminal) or a console rendering."""
+"""Structured logs with structlog: JSON lines (default off a terminal) or a console rendering.
+
+Every line about an execution carries ``task``, ``execution_id``, ``attempt``, ``node``
+and, for a multi-step task, ``step``, bound once with contextvars. Secrets never reach
+a log line: values registered with ``hide`` (header values, signing secrets, the API
+token) are replaced wherever they appear, and so is any field named like a secret.
+"""
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
 
 import structlog
+from structlog.typing import EventDict, Processor, WrappedLogger
+
+from ecron.core import Execution, current_step
+
+REDACTED = "***"
+#: Fields whose value is always hidden, whatever it is.
+SECRET_FIELD = re.compile(r"authorization|token|secret|signature|password|api_key", re.I)
+#: Values shorter than this are not hidden inside other text (too many false matches).
+MIN_SECRET = 4
+
+_secrets: set[str] = set()
 
 
-def configure(format: str | None, level: str) -> None:
-    """Set up structlog and the standard library's logging to print events one per line."""
-    use_json = format == "json" or (format is None and not sys.stderr.isatty())
-    processors: list[structlog.typing.Processor] = [
+def hide(values: Iterable[str | None]) -> None:
+    """Never show these values in a log line (the process keeps them for its lifetime)."""
+    _secrets.update(v for v in values if v and len(v) >= MIN_SECRET)
+    for value in list(_secrets):
+        scheme, _, rest = value.partition(" ")
+        if scheme.lower() in ("bearer", "basic", "token") and len(rest) >= MIN_SECRET:
+            _secrets.add(rest)  # "Bearer X": X alone must not show either
+
+
+def redact(_logger: WrappedLogger, _method: str, event: EventDict) -> EventDict:
+    """The structlog processor that hides secrets (see the module docstring)."""
+    return {key: _clean(key, value) for key, value in event.items()}
+
+
+def _clean(key: str, value: Any) -> Any:
+    if SECRET_FIELD.search(key) and value not in (None, ""):
+        return REDACTED
+    if isinstance(value, str):
+        for secret in _secrets:
+            if secret in value:
+                value = value.replace(secret, REDACTED)
+        return value
+    if isinstance(value, dict):
+        return {k: _clean(str(k), v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(key, v) for v in value]
+    return value
+
+
+def configure(format: str | None, level: str, stream: TextIO | None = None) -> None:
+    """Set up structlog (and the standard library's logging) to print one event per line."""
+    out = stream or sys.stderr
+    use_json = format == "json" or (format is None and not out.isatty())
+    processors: list[Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.StackInfoRenderer(),
+        structlog.processors.format_exc_info,
+        redact,
     ]
-    if use_json:
-        processors += [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
-    else:
-        processors.append(structlog.dev.ConsoleRenderer())
+    processors.append(
+        structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer()
+    )
     numeric = logging.getLevelName(level.upper())
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(out),
         cache_logger_on_first_use=False,
     )
-    logging.basicConfig(
-        level=max(numeric, logging.WARNING), stream=sys.stderr, format="%(message)s"
-    )
+    logging.basicConfig(level=max(numeric, logging.WARNING), stream=out, format="%(message)s")
+
+
+@contextmanager
+def about(execution: Execution, node: str) -> Iterator[None]:
+    """Bind the execution's context to every log line inside the block."""
+    step = current_step(execution)
+    context: dict[str, Any] = {
+        "task": execution.task,
+        "execution_id": execution.eid,
+        "attempt": execution.attempt,
+        "node": node,
+    }
+    if step is not None:
+        context["step"] = step.number
+    with structlog.contextvars.bound_contextvars(**context):
+        yield

@@ -81,11 +81,14 @@ class Patrol:
                 return None
             now = self.clock.now()
             counts: dict[str, int] = {}
+            metrics = self.executor.metrics
+            metrics.patrol_runs.inc()
             for name, job in self.jobs.items():
                 try:
                     counts[name] = await job(now)
                 except Exception:
                     log.exception("patrol_job_failed", job=name)
+                    metrics.patrol_failures.labels(job=name).inc()
                     counts[name] = -1
             self.last_run, self.last_counts = now, counts
             log.info("patrol_done", **counts)
@@ -127,6 +130,7 @@ class Patrol:
         found = await self.store.stuck(now - STALE_MARGIN, silent, PATROL_LIMIT)
         mine = [e.eid for e in found if e.task in self.specs]
         taken = await self.store.force_claim(self.node_id, mine, now + self.settings.lease_ttl)
+        self.executor.metrics.claims.labels(kind="stale").inc(len(taken))
         for execution in taken:
             log.warning(
                 "stale_execution_taken_over",

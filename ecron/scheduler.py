@@ -38,6 +38,7 @@ from ecron.planning import (
     resumes_automatically,
 )
 from ecron.schedules import ScheduleKind, jitter_offset, next_fire_time
+from ecron.snapshots import execution_snapshot
 from ecron.store.base import Store, TaskState
 
 log = structlog.get_logger(__name__)
@@ -148,8 +149,12 @@ class Scheduler:
             lambda task, _active: plan_fires(task, claim),
             names=names,
         )
+        self.executor.metrics.claims.labels(kind="fire").inc(len(claimed))
         for execution in claimed:
             if execution.status is Status.SKIPPED:
+                self.executor.metrics.executions_finished.labels(
+                    task=execution.task, status=str(execution.status), reason=str(execution.reason)
+                ).inc()
                 log.info(
                     "fire_skipped",
                     task=execution.task,
@@ -250,6 +255,7 @@ class Scheduler:
         adopted = await self.store.claim_runnable(
             self.node_id, now, now + self.settings.lease_ttl, CLAIM_BATCH, names=known
         )
+        self.executor.metrics.claims.labels(kind="takeover").inc(len(adopted))
         for execution in adopted:
             log.info(
                 "execution_adopted",
@@ -323,6 +329,9 @@ class Scheduler:
                 execution_id=execution.eid,
                 resume_attempt=execution.resume_attempt,
             )
+            self._alert(
+                "resume_chain_exhausted", execution.task, execution=execution_snapshot(execution)
+            )
         state = await self.store.task_finished(
             execution.task,
             execution.finished_at,
@@ -333,6 +342,12 @@ class Scheduler:
         )
         if state is not None and state.paused and not (task and task.paused):
             log.warning("task_paused", task=state.name, reason=state.paused_reason)
+            self._alert(
+                "task_paused",
+                state.name,
+                reason=state.paused_reason,
+                execution=execution_snapshot(execution),
+            )
         if following is not None:
             self.wake()
 
@@ -370,6 +385,10 @@ class Scheduler:
         )
         self.executor.start(created)
         return created
+
+    def _alert(self, kind: str, task: str, **details: object) -> None:
+        if self.executor.notifier is not None:
+            self.executor.notifier.event(kind, task, self.clock.now(), **details)
 
     async def set_paused(self, name: str, paused: bool, reason: str | None) -> TaskState:
         """Pause or unpause ``name`` (API); unpausing restarts its schedule from now."""

@@ -268,8 +268,8 @@ async def test_thousands_of_waiting_polls_share_one_heap_and_a_bounded_worker_po
         page = await daemon.store.list_executions(task="many", status=Status.SUCCESS, limit=500)
     assert len(page.items) == 300
     assert in_flight >= 250
-    # the four daemon loops, the dispatcher, 8 workers, at most one state-writer flush
-    assert while_polling <= 4 + 1 + 8 + 1, names
+    # the five daemon loops, the dispatcher, 8 workers, at most one state-writer flush
+    assert while_polling <= 5 + 1 + 8 + 1, names
 
 
 async def test_a_restarted_daemon_adopts_the_running_execution_without_triggering_it_again(

@@ -14,6 +14,8 @@ from ecron.clock import Clock
 from ecron.config.model import DaemonSettings
 from ecron.errors import Conflict, NotFound
 from ecron.executor.runner import Executor
+from ecron.metrics import Metrics
+from ecron.patrol import Patrol
 from ecron.scheduler import Scheduler
 from ecron.store.base import Store
 
@@ -37,6 +39,8 @@ class ApiContext:
     node_id: str
     #: Signs callback tokens (the configured ``secret`` or the one stored in the database).
     callback_secret: str
+    metrics: Metrics
+    patrol: Patrol | None = None
 
 
 CONTEXT = web.AppKey("ecron_context", ApiContext)

@@ -8,11 +8,11 @@ from typing import Any
 from aiohttp import web
 
 from ecron.api.app import context, error
-from ecron.api.snapshots import execution_snapshot, step_snapshot
 from ecron.core import Execution, InvalidReport, RemoteStatus, Status, parse_report
 from ecron.errors import NotFound
 from ecron.ids import split_remote_id
 from ecron.signing import token_matches
+from ecron.snapshots import execution_snapshot, step_snapshot
 
 routes = web.RouteTableDef()
 
@@ -97,6 +97,13 @@ async def cancel_execution(request: web.Request) -> web.Response:
 
 @routes.post("/api/v1/executions/{eid}/report")
 async def report(request: web.Request) -> web.Response:
+    """A callback (see ``_report``), counted by the status it is answered with."""
+    response = await _report(request)
+    context(request).metrics.callbacks.labels(answer=str(response.status)).inc()
+    return response
+
+
+async def _report(request: web.Request) -> web.Response:
     """A callback (PROTOCOL.md): answers, checked in this order, 404 (no such execution),
     401 (token missing or not this id's), 400 (not a report), 409 (already final; nothing
     changed), 200 (applied). Each answer carries the execution's snapshot where it has one."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from ecron.api.app import context
 
@@ -31,3 +32,10 @@ async def readyz(request: web.Request) -> web.Response:
     if problems:
         return web.json_response({"status": "unready", "problems": problems}, status=503)
     return web.json_response({"status": "ready", "node": ctx.node_id})
+
+
+@routes.get("/metrics")
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus metrics, in the text exposition format."""
+    body = context(request).metrics.exposition()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

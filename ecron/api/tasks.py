@@ -5,8 +5,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from ecron.api.app import context, error
-from ecron.api.snapshots import execution_snapshot, task_snapshot
 from ecron.errors import NotFound
+from ecron.snapshots import execution_snapshot, task_snapshot
 from ecron.store.base import TaskState
 
 routes = web.RouteTableDef()

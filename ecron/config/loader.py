@@ -73,9 +73,15 @@ def environment_overrides(environ: Mapping[str, str]) -> dict[tuple[str, ...], t
     return found
 
 
+#: Daemon keys that only ecron.yaml sets (lists of structures have no sensible variable).
+FILE_ONLY_KEYS = frozenset({"notify"})
+
+
 def _daemon_keys() -> list[tuple[str, ...]]:
     keys: list[tuple[str, ...]] = []
     for name, field in DaemonSettings.model_fields.items():
+        if name in FILE_ONLY_KEYS:
+            continue
         sub = field.annotation
         if isinstance(sub, type) and issubclass(sub, BaseModel):
             keys.extend((name, inner) for inner in sub.model_fields)

@@ -97,6 +97,41 @@ class ResumePolicy(_Strict):
     within: Duration = timedelta(minutes=30)
 
 
+#: The events an alert webhook can be sent for.
+AlertEvent = Literal[
+    "execution_failed", "execution_timed_out", "task_paused", "resume_chain_exhausted"
+]
+ALERT_EVENTS: tuple[AlertEvent, ...] = (
+    "execution_failed",
+    "execution_timed_out",
+    "task_paused",
+    "resume_chain_exhausted",
+)
+
+
+class Webhook(_Strict):
+    """One alert receiver: a JSON POST per event, signed when ``secret`` is set."""
+
+    url: str
+    events: list[AlertEvent] = Field(default_factory=lambda: list(ALERT_EVENTS))
+    secret: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeout: Duration = timedelta(seconds=10)
+
+    _url = field_validator("url")(check_url)
+
+
+class NotifySettings(_Strict):
+    """Alerts: webhooks, and how a failed delivery is retried."""
+
+    webhooks: list[Webhook] = Field(default_factory=list)
+    retry: TriggerRetry = Field(
+        default_factory=lambda: TriggerRetry(
+            attempts=5, backoff=timedelta(seconds=1), max_backoff=timedelta(minutes=1)
+        )
+    )
+
+
 class CallSettings(_Strict):
     """Everything one HTTP call under the protocol needs: a task's, or a step's merged with it."""
 
@@ -168,6 +203,8 @@ class TaskSpec(_Strict):
     jitter: Duration = timedelta(0)
     enabled: bool = True
     steps: list[StepSpec] | None = None
+    #: Alerts for this task, sent besides the daemon's.
+    notify: NotifySettings | None = None
 
     _url = field_validator("url")(check_url)
     _durations = field_validator(*_POSITIVE_CALL_DURATIONS)(check_positive)
@@ -268,6 +305,8 @@ class DaemonSettings(_Strict):
     poll_workers: int = Field(default=64, ge=1, le=10_000)
     #: How far ahead fire times are claimed, so triggers leave on time.
     prefetch: Duration = timedelta(seconds=2)
+    #: Alerts (webhooks); set in ecron.yaml only, not from the environment.
+    notify: NotifySettings = Field(default_factory=NotifySettings)
 
     @field_validator("listen")
     @classmethod
@@ -308,3 +347,21 @@ class Config(BaseModel):
     directory: str
     daemon: DaemonSettings
     tasks: dict[str, TaskSpec]
+
+
+def config_secrets(config: Config) -> list[str | None]:
+    """Every configured value that must never show in a log line: the API token, the
+    secrets, and every header value (of tasks, steps and webhooks)."""
+    daemon = config.daemon
+    values: list[str | None] = [daemon.api_token, daemon.secret]
+    hooks = list(daemon.notify.webhooks)
+    for spec in config.tasks.values():
+        numbers: list[int | None] = list(range(1, len(spec.steps) + 1)) if spec.steps else [None]
+        for number in numbers:
+            call = spec.call(number)
+            values += [call.secret, *call.headers.values()]
+        if spec.notify is not None:
+            hooks += spec.notify.webhooks
+    for hook in hooks:
+        values += [hook.secret, *hook.headers.values()]
+    return values

@@ -22,10 +22,13 @@ from yarl import URL
 from ecron.clock import iso
 from ecron.config.model import CallSettings
 from ecron.core import InvalidReport, RemoteStatus, Report, parse_report
+from ecron.metrics import Metrics
 from ecron.signing import callback_token, signature
 
 #: The most of a response body ecron reads; a larger one is a protocol error.
 BODY_LIMIT = 1024 * 1024
+#: The protocol's name of each call, by its HTTP method.
+_CALL_NAMES = {"POST": "trigger", "GET": "poll", "DELETE": "cancel"}
 
 
 class OutcomeKind(StrEnum):
@@ -101,7 +104,9 @@ class HttpCaller:
         public_url: str | None,
         callback_secret: str,
         body_limit: int = BODY_LIMIT,
+        metrics: Metrics | None = None,
     ) -> None:
+        self.metrics = metrics
         self.session = session
         self.public_url = public_url.rstrip("/") if public_url else None
         self.callback_secret = callback_secret
@@ -151,6 +156,17 @@ class HttpCaller:
         return headers
 
     async def _request(
+        self, method: str, url: URL, call: CallSettings, ctx: CallContext, body: bytes
+    ) -> CallOutcome:
+        started = time.monotonic()
+        outcome = await self._send(method, url, call, ctx, body)
+        if self.metrics is not None:
+            name = _CALL_NAMES[method]
+            self.metrics.http_calls.labels(call=name, outcome=str(outcome.kind)).inc()
+            self.metrics.http_duration.labels(call=name).observe(time.monotonic() - started)
+        return outcome
+
+    async def _send(
         self, method: str, url: URL, call: CallSettings, ctx: CallContext, body: bytes
     ) -> CallOutcome:
         headers = self.headers(method, url, call, ctx, body)

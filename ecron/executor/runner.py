@@ -33,6 +33,7 @@ from ecron.core import (
     Reported,
     Status,
     Transition,
+    TriggerKind,
     TriggerSent,
     apply,
     current_step,
@@ -44,6 +45,11 @@ from ecron.executor.http import CallContext, HttpCaller
 from ecron.executor.outcomes import poll_event
 from ecron.executor.stopping import stop
 from ecron.executor.trigger import run_trigger
+from ecron.logs import about
+from ecron.metrics import Metrics
+from ecron.notify import Notifier
+from ecron.schedules import jitter_offset
+from ecron.snapshots import execution_snapshot
 from ecron.store.base import Store
 from ecron.store.writer import StateWriter
 
@@ -78,7 +84,14 @@ class Executor:
         specs: Mapping[str, TaskSpec],
         workers: int = 64,
         on_finished: Finished | None = None,
+        metrics: Metrics | None = None,
+        node_id: str = "",
+        notifier: Notifier | None = None,
     ) -> None:
+        self.metrics = metrics or Metrics()
+        self.metrics.track_in_flight(lambda: len(self._inflight))
+        self.node_id = node_id
+        self.notifier = notifier
         self.store = store
         self.writer = writer
         self.caller = caller
@@ -178,6 +191,13 @@ class Executor:
         execution = await self.store.get_execution(eid)
         if execution is None:
             raise NotFound(f"no execution {eid!r}")
+        with about(execution, self.node_id):
+            return await self._report(execution, report, step)
+
+    async def _report(
+        self, execution: Execution, report: Report, step: int | None
+    ) -> tuple[Transition, Execution]:
+        eid = execution.eid
         self.warn_ignored(execution, report)
         event = Reported(report, Channel.CALLBACK, step=step)
         transition, stored = await self.record(execution, event, as_owner=False)
@@ -235,7 +255,12 @@ class Executor:
                 return transition, stored
             fresh = await self.store.get_execution(before.eid)
             if fresh is None or (as_owner and fresh.fence != execution.fence):
-                log.debug("execution_let_go", execution_id=execution.eid)
+                log.info(
+                    "execution_let_go",
+                    execution_id=execution.eid,
+                    reason="the lease moved on" if fresh else "the row is gone",
+                )
+                self.metrics.leases_lost.inc()
                 self.forget(execution.eid)
                 return transition, None
             if fresh.is_final:
@@ -247,8 +272,33 @@ class Executor:
 
     async def _written(self, transition: Transition, stored: Execution) -> None:
         self._remember(stored)
+        before = transition.before
+        if (before.status, before.reason) != (stored.status, stored.reason):
+            log.info(
+                "execution_status_changed",
+                task=stored.task,
+                execution_id=stored.eid,
+                status=str(stored.status),
+                previous=str(before.status),
+                reason=None if stored.reason is None else str(stored.reason),
+            )
+        if before.triggered_at is None and stored.triggered_at is not None:
+            self._trigger_lag(stored)
         if transition.finished:
             await self._finished(stored)
+
+    def _trigger_lag(self, execution: Execution) -> None:
+        """Fire time (plus jitter) to first trigger, for fire times of the schedule and
+        manual runs (retries and resumes wait on purpose)."""
+        if execution.trigger_kind not in (TriggerKind.SCHEDULE, TriggerKind.MANUAL):
+            return
+        assert execution.triggered_at is not None
+        due = execution.scheduled_at
+        spec = self.specs.get(execution.task)
+        if spec is not None:
+            due += jitter_offset(execution.task, execution.scheduled_at, spec.jitter)
+        lag = max(0.0, (execution.triggered_at - due).total_seconds())
+        self.metrics.trigger_lag.labels(task=execution.task).observe(lag)
 
     def _remember(self, stored: Execution) -> None:
         """Keep the newest stored state of an execution this node drives."""
@@ -261,13 +311,39 @@ class Executor:
             self._inflight[stored.eid] = stored
 
     async def _finished(self, execution: Execution) -> None:
+        """The one canonical line per finished execution, its metrics, its alerts."""
+        reason = "" if execution.reason is None else str(execution.reason)
+        started = execution.triggered_at or execution.created_at
+        assert execution.finished_at is not None
+        duration = max(0.0, (execution.finished_at - started).total_seconds())
+        lag = None
+        if execution.triggered_at is not None:
+            lag = round((execution.triggered_at - execution.scheduled_at).total_seconds(), 3)
         log.info(
             "execution_finished",
             task=execution.task,
             execution_id=execution.eid,
             status=str(execution.status),
-            reason=None if execution.reason is None else str(execution.reason),
+            reason=reason or None,
+            duration_seconds=round(duration, 3),
+            attempt=execution.attempt,
+            resume_attempt=execution.resume_attempt,
+            trigger_lag_seconds=lag,
+            steps=len(execution.steps) or None,
+            node=self.node_id,
         )
+        self.metrics.executions_finished.labels(
+            task=execution.task, status=str(execution.status), reason=reason
+        ).inc()
+        if execution.triggered_at is not None:
+            self.metrics.execution_duration.labels(task=execution.task).observe(duration)
+        if self.notifier is not None and execution.status in (Status.FAILED, Status.TIMED_OUT):
+            kind = (
+                "execution_failed" if execution.status is Status.FAILED else "execution_timed_out"
+            )
+            self.notifier.event(
+                kind, execution.task, execution.finished_at, execution=execution_snapshot(execution)
+            )
         if self.on_finished is not None:
             try:
                 await self.on_finished(execution)
@@ -314,10 +390,12 @@ class Executor:
             self._wake.clear()
             now = self.clock.now()
             while self._heap and self._heap[0][0] <= now:
-                _, seq, eid = heapq.heappop(self._heap)
+                due, seq, eid = heapq.heappop(self._heap)
                 if self._live_entry.get(eid) == seq:
                     del self._live_entry[eid]
                     await self._queue.put(eid)
+                    late = (self.clock.now() - due).total_seconds()
+                    self.metrics.poll_lateness.observe(max(0.0, late))
             delay = (self._heap[0][0] - self.clock.now()).total_seconds() if self._heap else None
             with suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=delay)
@@ -341,6 +419,11 @@ class Executor:
         execution = self._inflight.get(eid)
         if execution is None or execution.is_final or eid in self.stopping:
             return
+        with about(execution, self.node_id):
+            await self._look_at_bound(execution)
+
+    async def _look_at_bound(self, execution: Execution) -> None:
+        eid = execution.eid
         now = self.clock.now()
         if execution.cancel_sent_at is not None:
             await self._finish_abandoned_cancel(execution, now)
@@ -360,6 +443,14 @@ class Executor:
         event = poll_event(outcome, call, ctx.step_number, after_takeover=eid in self._adopted)
         self._adopted.discard(eid)
         transition, stored = await self.record(execution, event)
+        if isinstance(event, ProbeFailed) and stored is not None:
+            log.warning(
+                "poll_failed",
+                attempt=stored.probe_failures,
+                attempts_left=max(0, call.max_probe_failures - stored.probe_failures),
+                outcome=str(outcome.kind),
+                detail=outcome.detail,
+            )
         self.plan_next(transition, stored)
 
     async def _finish_abandoned_cancel(self, execution: Execution, now: datetime) -> None:

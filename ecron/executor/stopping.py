@@ -14,6 +14,7 @@ import structlog
 
 from ecron.core import CancelSent, Execution, Status, Stopped
 from ecron.executor.outcomes import ACKNOWLEDGED, CANCEL_RETRYABLE
+from ecron.logs import about
 
 if TYPE_CHECKING:
     from ecron.executor.runner import Executor
@@ -33,19 +34,26 @@ async def stop(
     executor.stopping.add(eid)
     owner = status is Status.TIMED_OUT  # a person's cancel goes through whoever holds the lease
     try:
-        acknowledged: bool | None = None
-        if execution.triggered_at is not None:
-            recorded, stored = await executor.record(execution, CancelSent(), as_owner=owner)
-            if stored is None or stored.is_final:
-                return stored
-            if recorded.changed:
-                acknowledged = await send_cancel(executor, stored)
-            execution = stored
-        event = Stopped(status, acknowledged, message)
-        _, stored = await executor.record(execution, event, as_owner=owner)
-        return stored
+        with about(execution, executor.node_id):
+            return await _stop(executor, execution, status, message, owner)
     finally:
         executor.stopping.discard(eid)
+
+
+async def _stop(
+    executor: Executor, execution: Execution, status: Status, message: str, owner: bool
+) -> Execution | None:
+    acknowledged: bool | None = None
+    if execution.triggered_at is not None:
+        recorded, stored = await executor.record(execution, CancelSent(), as_owner=owner)
+        if stored is None or stored.is_final:
+            return stored
+        if recorded.changed:
+            acknowledged = await send_cancel(executor, stored)
+        execution = stored
+    event = Stopped(status, acknowledged, message)
+    _, stored = await executor.record(execution, event, as_owner=owner)
+    return stored
 
 
 async def send_cancel(executor: Executor, execution: Execution) -> bool:

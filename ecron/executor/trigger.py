@@ -28,6 +28,7 @@ from ecron.config.model import CallSettings, TriggerRetry
 from ecron.core import Execution, Status, current_step
 from ecron.executor.http import CallContext, CallOutcome, OutcomeKind
 from ecron.executor.outcomes import RETRYABLE, trigger_event
+from ecron.logs import about
 
 if TYPE_CHECKING:
     from ecron.executor.runner import Executor
@@ -75,7 +76,8 @@ async def run_trigger(executor: Executor, execution: Execution) -> None:
     deadline is still kept.
     """
     try:
-        await _run_trigger(executor, execution)
+        with about(execution, executor.node_id):
+            await _run_trigger(executor, execution)
     except Exception:
         log.exception(
             "trigger_failed_unexpectedly", task=execution.task, execution_id=execution.eid

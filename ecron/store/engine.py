@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,15 @@ class Engines:
     this process queue on an asyncio lock rather than on the file's busy wait.
     """
 
-    def __init__(self, url: str, *, pool_size: int = 10) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 10,
+        observe: Callable[[str, float], None] | None = None,
+    ) -> None:
+        #: Called with ("read" or "write", seconds) after each transaction.
+        self.observe = observe
         parsed = make_url(url)
         if parsed.drivername == "sqlite+aiosqlite":
             database = parsed.database or ""
@@ -66,18 +75,28 @@ class Engines:
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncConnection]:
         """A write transaction: committed on success, rolled back on error."""
-        if self._write_lock is None:
-            async with self.writer.begin() as conn:
-                yield conn
-            return
-        async with self._write_lock, self.writer.begin() as conn:
-            yield conn
+        started = time.monotonic()
+        try:
+            if self._write_lock is None:
+                async with self.writer.begin() as conn:
+                    yield conn
+            else:
+                async with self._write_lock, self.writer.begin() as conn:
+                    yield conn
+        finally:
+            if self.observe is not None:
+                self.observe("write", time.monotonic() - started)
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
         """A read-only transaction."""
-        async with self.reader.connect() as conn:
-            yield conn
+        started = time.monotonic()
+        try:
+            async with self.reader.connect() as conn:
+                yield conn
+        finally:
+            if self.observe is not None:
+                self.observe("read", time.monotonic() - started)
 
     async def dispose(self) -> None:
         """Close every pooled connection."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any
@@ -45,9 +45,16 @@ class SqlStore(TaskOperations, Store):
         self.dialect = engines.dialect
 
     @classmethod
-    def open(cls, url: str, *, pool_size: int = 10) -> SqlStore:
-        """A store on the database at ``url`` (the schema must be migrated first)."""
-        return cls(Engines(url, pool_size=pool_size))
+    def open(
+        cls,
+        url: str,
+        *,
+        pool_size: int = 10,
+        observe: Callable[[str, float], None] | None = None,
+    ) -> SqlStore:
+        """A store on the database at ``url`` (the schema must be migrated first);
+        ``observe`` hears the duration of each transaction."""
+        return cls(Engines(url, pool_size=pool_size, observe=observe))
 
     async def close(self) -> None:
         await self.engines.dispose()

@@ -1,4 +1,5 @@
-"""JSON snapshots of tasks and executions, as the API and the CLI show them (DESIGN.md, "API")."""
+"""JSON snapshots of tasks and executions, as the API, the CLI and alerts show them
+(DESIGN.md, "API")."""
 
 from __future__ import annotations
 

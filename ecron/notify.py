@@ -1,0 +1,138 @@
+"""Alerts: a JSON POST to each webhook that wants the event, retried with backoff and signed
+like task calls when the webhook has a secret.
+
+Delivery never blocks or slows the scheduler: events go into a bounded queue (a full
+queue drops the event, counted and logged) and are sent by their own tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import aiohttp
+import structlog
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
+from tenacity.wait import wait_exponential_jitter
+from yarl import URL
+
+from ecron.clock import iso
+from ecron.config.model import NotifySettings, TaskSpec, Webhook
+from ecron.metrics import Metrics
+from ecron.signing import signature
+
+log = structlog.get_logger(__name__)
+
+#: Events waiting to be sent; beyond this, new ones are dropped (and counted).
+QUEUE_SIZE = 1000
+#: Deliveries in progress at once.
+CONCURRENT_DELIVERIES = 16
+
+
+class DeliveryFailed(Exception):
+    """A webhook did not answer 2xx."""
+
+
+class Notifier:
+    """Sends alert events to the daemon's webhooks and the task's own."""
+
+    def __init__(
+        self,
+        settings: NotifySettings,
+        specs: Mapping[str, TaskSpec],
+        session: aiohttp.ClientSession,
+        metrics: Metrics,
+        node_id: str,
+    ) -> None:
+        self.settings = settings
+        self.specs = specs
+        self.session = session
+        self.metrics = metrics
+        self.node_id = node_id
+        self._queue: asyncio.Queue[tuple[Webhook, NotifySettings, dict[str, Any]]] = asyncio.Queue(
+            maxsize=QUEUE_SIZE
+        )
+
+    def event(self, kind: str, task: str, at: datetime, **details: Any) -> None:
+        """Queue ``kind`` about ``task`` for every webhook that wants it; never waits."""
+        payload = {"event": kind, "task": task, "at": iso(at), "node": self.node_id, **details}
+        spec = self.specs.get(task)
+        sources = [self.settings]
+        if spec is not None and spec.notify is not None:
+            sources.append(spec.notify)
+        for source in sources:
+            for hook in source.webhooks:
+                if kind not in hook.events:
+                    continue
+                try:
+                    self._queue.put_nowait((hook, source, payload))
+                except asyncio.QueueFull:
+                    self.metrics.alerts.labels(event=kind, outcome="dropped").inc()
+                    log.error("alert_dropped", alert=kind, task=task, reason="queue full")
+
+    async def run(self) -> None:
+        """Send queued events until cancelled, a bounded number at a time."""
+        limit = asyncio.Semaphore(CONCURRENT_DELIVERIES)
+        pending: set[asyncio.Task[None]] = set()
+        while True:
+            hook, source, payload = await self._queue.get()
+            await limit.acquire()
+            task = asyncio.create_task(self._deliver(hook, source, payload))
+            pending.add(task)
+
+            def done(finished: asyncio.Task[None]) -> None:
+                pending.discard(finished)
+                limit.release()
+
+            task.add_done_callback(done)
+
+    async def _deliver(
+        self, hook: Webhook, source: NotifySettings, payload: dict[str, Any]
+    ) -> None:
+        kind = str(payload["event"])
+        policy = source.retry
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(policy.attempts),
+            wait=wait_exponential_jitter(
+                multiplier=policy.backoff.total_seconds(),
+                max=policy.max_backoff.total_seconds(),
+                jitter=policy.backoff.total_seconds(),
+            ),
+            retry=retry_if_exception_type((DeliveryFailed, aiohttp.ClientError, TimeoutError)),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    await self._post(hook, payload)
+        except Exception as exc:
+            self.metrics.alerts.labels(event=kind, outcome="failed").inc()
+            log.error(
+                "alert_failed",
+                alert=kind,
+                task=payload.get("task"),
+                url=hook.url,
+                attempts=policy.attempts,
+                error=str(exc)[:200],
+            )
+            return
+        self.metrics.alerts.labels(event=kind, outcome="sent").inc()
+        log.info("alert_sent", alert=kind, task=payload.get("task"), url=hook.url)
+
+    async def _post(self, hook: Webhook, payload: dict[str, Any]) -> None:
+        body = json.dumps(payload).encode()
+        url = URL(hook.url)
+        headers = {**hook.headers, "Content-Type": "application/json"}
+        if hook.secret:
+            headers["X-Ecron-Signature"] = signature(
+                hook.secret, "POST", url.raw_path_qs, body, int(time.time())
+            )
+        timeout = aiohttp.ClientTimeout(total=hook.timeout.total_seconds())
+        async with self.session.post(url, data=body, headers=headers, timeout=timeout) as answer:
+            await answer.read()
+            if not 200 <= answer.status < 300:
+                raise DeliveryFailed(f"HTTP {answer.status}")
