@@ -1,0 +1,318 @@
+"""Seeing what ecron does: Prometheus metrics, structured logs with bound context and no
+secrets, and alert webhooks that never hold the scheduler back."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import structlog
+from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
+from structlog.testing import capture_logs
+
+from ecron import logs
+from ecron.daemon import Daemon
+from ecron.signing import verify
+from tests.conftest import DaemonFactory, task
+from tests.protocol_support import ended, reply, run_once
+from tests.support.service import UserService, wait_for
+
+
+@pytest.fixture
+def database_url(tmp_path: Path) -> str:
+    """Observability does not depend on the database: SQLite here."""
+    return f"sqlite+aiosqlite:///{tmp_path / 'ecron.db'}"
+
+
+async def scrape(daemon: Daemon) -> str:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{daemon.port}/metrics") as response,
+    ):
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/plain")
+        return await response.text()
+
+
+def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample of a scrape, parsed by prometheus-client's own parser."""
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return found
+
+
+def value(
+    found: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
+) -> float:
+    return found.get((name, frozenset(labels.items())), 0.0)
+
+
+async def test_metrics_are_scraped_from_a_live_daemon_and_make_sense(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """After 3 SUCCESS and 1 FAILED executions, /metrics (parsed with prometheus-client's
+    parser) counts them by task, status and reason, times them, counts the HTTP calls by
+    call and outcome, and shows nothing in flight."""
+    user_service.duration = 0.1
+    user_service.script["POST"] = [reply(200, {"status": "FAILED", "message": "no"})]
+    spec = task("m", f"{user_service.url}/jobs/x", concurrency="allow")
+    async with make_daemon([spec]) as daemon:
+        eids = [await run_once(daemon, "m") for _ in range(4)]
+        for eid in eids:
+            await ended(daemon, eid)
+        await wait_for(lambda: not daemon.executor.inflight, timeout=5)
+        text = await scrape(daemon)
+    found = samples(text)
+    finished = "ecron_executions_finished_total"
+    assert value(found, finished, task="m", status="SUCCESS", reason="") == 3
+    assert value(found, finished, task="m", status="FAILED", reason="remote_failed") == 1
+    assert value(found, "ecron_execution_duration_seconds_count", task="m") == 4
+    assert value(found, "ecron_trigger_lag_seconds_count", task="m") == 4
+    assert value(found, "ecron_http_calls_total", call="trigger", outcome="report") == 4
+    assert value(found, "ecron_http_calls_total", call="poll", outcome="report") >= 3
+    assert value(found, "ecron_http_call_duration_seconds_count", call="trigger") == 4
+    assert value(found, "ecron_executions_in_flight") == 0
+    assert value(found, "ecron_db_operation_seconds_count", operation="write") > 4
+    assert value(found, "ecron_poll_lateness_seconds_count") >= 3
+    assert all("execution_id" not in dict(labels) for _, labels in found)
+
+
+@pytest.mark.skipif(
+    shutil.which("promtool") is None and os.environ.get("CI") != "true",
+    reason="promtool (Debian package prometheus) is not installed",
+)
+async def test_a_scrape_passes_promtool_check_metrics(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """`promtool check metrics` finds nothing wrong with a scrape (names, help, units)."""
+    promtool = shutil.which("promtool")
+    assert promtool is not None, "CI must have promtool (apt-get install prometheus)"
+    user_service.duration = 0.05
+    async with make_daemon([task("m", f"{user_service.url}/jobs/x")]) as daemon:
+        await ended(daemon, await run_once(daemon, "m"))
+        text = await scrape(daemon)
+    process = await asyncio.create_subprocess_exec(
+        promtool,
+        "check",
+        "metrics",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    output, _ = await asyncio.wait_for(process.communicate(text.encode()), timeout=30)
+    assert process.returncode == 0, output.decode()
+
+
+async def test_log_lines_about_an_execution_carry_its_context_and_it_ends_with_one_canonical_line(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """Lines logged while driving an execution (a retried trigger, a failed poll, status
+    changes) carry task, execution_id, attempt and node; exactly one execution_finished line
+    gives status, reason, duration, attempt and trigger lag."""
+    user_service.duration = 0.1
+    user_service.script["POST"] = [reply(503)]
+    user_service.script["GET"] = [reply(500)]
+    spec = task(
+        "ctx", f"{user_service.url}/jobs/x", trigger_retry={"attempts": 3, "backoff": "10ms"}
+    )
+    with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as captured:
+        async with make_daemon([spec]) as daemon:
+            eid = await run_once(daemon, "ctx")
+            await ended(daemon, eid)
+    about = [e for e in captured if e.get("execution_id") == eid]
+    by_event = {e["event"]: e for e in about}
+    for event in ("trigger_retry", "poll_failed", "execution_status_changed"):
+        assert event in by_event, event
+        line = by_event[event]
+        assert (line["task"], line["attempt"], line["node"]) == ("ctx", 1, daemon.node_id)
+    retry = by_event["trigger_retry"]
+    assert retry["attempts_left"] == 2 and retry["log_level"] == "warning"
+    assert by_event["poll_failed"]["attempts_left"] == 4
+    [end] = [e for e in about if e["event"] == "execution_finished"]
+    assert end["status"] == "SUCCESS" and end["reason"] is None
+    assert end["duration_seconds"] >= 0 and end["trigger_lag_seconds"] >= 0
+    assert end["attempt"] == 1 and end["log_level"] == "info"
+
+
+@pytest.fixture
+def json_logs() -> Iterator[io.StringIO]:
+    """The real log pipeline (JSON, redaction) writing into a buffer."""
+    buffer = io.StringIO()
+    logs.configure("json", "debug", stream=buffer)
+    try:
+        yield buffer
+    finally:
+        structlog.reset_defaults()
+
+
+async def test_no_secret_value_appears_in_any_log_line(
+    make_daemon: DaemonFactory, user_service: UserService, json_logs: io.StringIO
+) -> None:
+    """Header values, signing secrets, the API token, callback tokens and signatures never
+    show in the logs, even in details of failures that quote them."""
+    header_secret = "Bearer hdr-s3cret-0123456789"
+    user_service.duration = 0.1
+
+    async def echo_back(request: web.Request) -> web.StreamResponse | None:
+        if request.method == "GET":  # a service that quotes our own headers in its answer
+            quoted = request.headers.get("Authorization", "") + request.headers.get(
+                "X-Ecron-Signature", ""
+            )
+            return web.Response(status=200, text=f"<html>{quoted}</html>")
+        return None
+
+    user_service.behaviour = echo_back
+    spec = task(
+        "secretive",
+        f"{user_service.url}/jobs/x",
+        headers={"Authorization": header_secret},
+        secret="sign-s3cret-abcdef",
+        max_probe_failures=2,
+    )
+    async with make_daemon(
+        [spec], api_token="api-t0ken-xyz", secret="cb-s3cret-987", public_url="http://ecron.test"
+    ) as daemon:
+        eid = await _run(daemon)
+        execution = await ended(daemon, eid)
+    text = json_logs.getvalue()
+    lines = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    assert execution.status.value == "FAILED" and len(lines) > 5
+    token = user_service.calls_for(eid, "POST")[0].headers["X-Ecron-Callback-Token"]
+    signature = user_service.calls_for(eid, "POST")[0].headers["X-Ecron-Signature"]
+    for secret in (
+        "hdr-s3cret-0123456789",
+        "sign-s3cret-abcdef",
+        "api-t0ken-xyz",
+        "cb-s3cret-987",
+        token,
+        signature.split("v1=")[1],
+    ):
+        assert secret not in text, secret
+    assert "protocol_error" in text  # the failure itself is logged, with its secrets hidden
+
+
+async def _run(daemon: Daemon) -> str:
+    """Run the one task through the API, with the API token."""
+    headers = {"Authorization": "Bearer api-t0ken-xyz"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"http://127.0.0.1:{daemon.port}/api/v1/tasks/secretive/run", headers=headers
+        ) as response,
+    ):
+        assert response.status == 202
+        eid: str = (await response.json())["id"]
+        return eid
+
+
+class Receiver:
+    """A webhook receiver on 127.0.0.1 that records alerts (and can refuse some first)."""
+
+    def __init__(self, fail_first: int = 0) -> None:
+        self.alerts: list[tuple[dict[str, Any], dict[str, str], bytes]] = []
+        self.fail_first = fail_first
+        self.url = ""
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        if self.fail_first > 0:
+            self.fail_first -= 1
+            return web.Response(status=503)
+        self.alerts.append((json.loads(body), dict(request.headers), body))
+        return web.Response(status=204)
+
+
+@pytest.fixture
+async def receiver() -> Any:
+    hook = Receiver(fail_first=1)
+    app = web.Application()
+    app.router.add_post("/alerts", hook.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    hook.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/alerts"  # type: ignore[union-attr]
+    yield hook
+    await runner.cleanup()
+
+
+async def test_a_webhook_gets_exactly_one_signed_alert_per_failing_execution(
+    make_daemon: DaemonFactory, user_service: UserService, receiver: Receiver
+) -> None:
+    """Two FAILED and one TIMED_OUT execution, one SUCCESS: three alerts (the first delivery
+    refused once and retried), each signed with the webhook's secret, none for the success."""
+    user_service.duration = 0.1
+    user_service.script["POST"] = [reply(200, {"status": "FAILED"})] * 2
+    hooks = {
+        "webhooks": [{"url": receiver.url, "secret": "hook-secret"}],
+        "retry": {"attempts": 3, "backoff": "50ms"},
+    }
+    spec = task("alerting", f"{user_service.url}/jobs/x", concurrency="allow")
+    slow = task("slow", f"{user_service.url}/jobs/slow", task_timeout="300ms")
+    async with make_daemon([spec, slow], notify=hooks) as daemon:
+        failing = [await run_once(daemon, "alerting") for _ in range(2)]
+        user_service.durations["slow"] = 3600
+        timing_out = await run_once(daemon, "slow")
+        fine = await run_once(daemon, "alerting")
+        for eid in [*failing, timing_out, fine]:
+            await ended(daemon, eid)
+        await wait_for(lambda: len(receiver.alerts) >= 3, timeout=10)
+        await asyncio.sleep(0.3)
+    kinds = sorted((a["event"], a["execution"]["id"]) for a, _, _ in receiver.alerts)
+    assert kinds == sorted(
+        [
+            ("execution_failed", failing[0]),
+            ("execution_failed", failing[1]),
+            ("execution_timed_out", timing_out),
+        ]
+    )
+    for alert, headers, body in receiver.alerts:
+        assert verify("hook-secret", headers["X-Ecron-Signature"], "POST", "/alerts", body)
+        assert alert["task"] in ("alerting", "slow") and alert["node"] == daemon.node_id
+
+
+async def test_a_dead_webhook_receiver_does_not_delay_the_next_fire_time(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """Every execution fails and the webhook never answers: fire times of an every-1s task
+    still leave on time (trigger lag stays small)."""
+
+    released = asyncio.Event()
+
+    async def black_hole(_request: web.Request) -> web.Response:
+        await released.wait()  # never answers while the test runs
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/alerts", black_hole)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    user_service.behaviour = lambda request: asyncio.sleep(
+        0, web.json_response({"status": "FAILED"}) if request.method == "POST" else None
+    )
+    hooks = {"webhooks": [{"url": f"http://127.0.0.1:{port}/alerts", "timeout": "30s"}]}
+    spec = task("tick", f"{user_service.url}/jobs/x", schedule={"every": "1s"})
+    try:
+        async with make_daemon([spec], notify=hooks) as daemon:
+            await wait_for(lambda: len(user_service.calls) >= 4, timeout=15)
+            lags = [(await daemon.store.get_execution(c.eid)) for c in user_service.calls[:4]]
+    finally:
+        released.set()
+        await runner.cleanup()
+    for execution in lags:
+        assert execution is not None and execution.triggered_at is not None
+        assert (execution.triggered_at - execution.scheduled_at).total_seconds() < 0.5
