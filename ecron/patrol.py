@@ -16,9 +16,9 @@ import structlog
 
 from ecron.clock import Clock
 from ecron.config.model import DaemonSettings, TaskSpec
+from ecron.core import Execution
 from ecron.errors import Conflict, NotFound
 from ecron.executor.runner import Executor
-from ecron.planning import resumes_automatically
 from ecron.scheduler import Scheduler
 from ecron.store.base import Store
 
@@ -95,28 +95,44 @@ class Patrol:
             return counts
 
     async def auto_resume(self, now: datetime) -> int:
-        """Resume interrupted executions of idempotent tasks with ``resume.auto``, within
-        ``resume.within`` of their failure, at most ``resume.max_attempts`` per chain."""
-        resumed = 0
+        """Resume interrupted executions of idempotent tasks with ``resume.auto`` (not while
+        the task is paused), within ``resume.within`` of their failure, at most
+        ``resume.max_attempts`` per chain and ``PATROL_LIMIT`` per round. One that still
+        cannot be resumed at its last chance within ``resume.within`` is given up: its
+        failure becomes final."""
+        budget = PATROL_LIMIT
         for name, spec in self.specs.items():
-            if not (spec.idempotent and spec.resume.auto):
+            if budget <= 0 or not (spec.idempotent and spec.resume.auto):
                 continue
-            since = now - spec.resume.within
-            for execution in await self.store.interrupted_unresumed(name, since, PATROL_LIMIT):
-                if not resumes_automatically(execution, spec):
-                    continue  # its chain has no resumes left
-                try:
-                    await self.scheduler.resume(execution.eid, why="patrol")
-                except (Conflict, NotFound) as exc:
-                    log.info(
-                        "auto_resume_deferred",
-                        task=name,
-                        execution_id=execution.eid,
-                        reason=str(exc),
-                    )
-                    continue
-                resumed += 1
-        return resumed
+            task = await self.store.get_task(name)
+            if task is None or task.paused:
+                continue
+            candidates = await self.store.interrupted_unresumed(
+                name, now - spec.resume.within, spec.resume.max_attempts, budget
+            )
+            for execution in candidates:
+                budget -= await self._resume_one(execution, spec, now)
+        return PATROL_LIMIT - budget
+
+    async def _resume_one(self, execution: Execution, spec: TaskSpec, now: datetime) -> int:
+        try:
+            await self.scheduler.resume(execution.eid, why="patrol")
+        except (Conflict, NotFound) as exc:
+            assert execution.finished_at is not None
+            last_chance = execution.finished_at + spec.resume.within - now
+            if last_chance <= self.settings.patrol_interval:
+                await self.scheduler.give_up_resume(
+                    execution, f"not resumed within resume.within: {exc}"
+                )
+            else:
+                log.info(
+                    "auto_resume_deferred",
+                    task=execution.task,
+                    execution_id=execution.eid,
+                    reason=str(exc),
+                )
+            return 0
+        return 1
 
     async def stale(self, now: datetime) -> int:
         """Take over active executions nothing seems to drive (past their deadline, or in

@@ -144,14 +144,17 @@ def resumable(execution: Execution) -> str | None:
 
 def plan_resume(old: Execution, spec: TaskSpec, claim: Claim) -> Execution:
     """The resume of ``old``: a new execution of the same fire time and attempt, one
-    ``resume_attempt`` further, whose steps that were SUCCESS stay SUCCESS (with their old
-    remote ids) and whose other steps start afresh under the new id."""
+    ``resume_attempt`` further. The steps that were SUCCESS before the first one that was
+    not stay SUCCESS (with their old remote ids); from that one on, the steps start afresh
+    under the new id (so does any step whose name changed in the config meanwhile)."""
     eid = claim.new_id()
-    done = {s.number: s for s in old.steps if s.status is Status.SUCCESS}
-    steps = tuple(
-        done[step.number] if step.number in done and done[step.number].name == step.name else step
-        for step in new_steps(spec, eid)
-    )
+    fresh = new_steps(spec, eid)
+    kept: list[Step] = []
+    for step, before in zip(fresh, old.steps, strict=False):
+        if before.status is not Status.SUCCESS or before.name != step.name:
+            break
+        kept.append(before)  # unchanged and done before the first unfinished step
+    steps = (*kept, *fresh[len(kept) :])
     return Execution(
         eid=eid,
         task=old.task,
@@ -181,6 +184,17 @@ def resumes_automatically(execution: Execution, spec: TaskSpec) -> bool:
     )
 
 
+def auto_resume_spent(execution: Execution, spec: TaskSpec) -> bool:
+    """True when an interrupted execution of an auto-resumed task has no resumes left."""
+    return (
+        execution.status is Status.FAILED
+        and execution.reason in INTERRUPTED_REASONS
+        and spec.idempotent
+        and spec.resume.auto
+        and execution.resume_attempt >= spec.resume.max_attempts
+    )
+
+
 def plan_retry(
     execution: Execution, spec: TaskSpec, claim: Claim, next_fire_at: datetime | None
 ) -> Execution | None:
@@ -188,7 +202,8 @@ def plan_retry(
 
     Only FAILED executions are retried (not TIMED_OUT, CANCELLED or SKIPPED, and neither
     resumes nor interrupted executions that will be resumed automatically: those continue
-    through the resume rules), at most ``retry.max_attempts``
+    through the resume rules; nor a multi-step execution of a task that is not idempotent
+    once a step succeeded: a retry starts over at step 1), at most ``retry.max_attempts``
     times per fire time. A retry never runs into the task's next fire time: when it would
     start at or after ``next_fire_at``, that fire time supersedes it. So a service that
     stays down costs at most ``1 + retry.max_attempts`` rows per fire time.
@@ -197,6 +212,8 @@ def plan_retry(
         return None
     if resumes_automatically(execution, spec):
         return None  # it continues where it stopped instead of starting over
+    if not spec.idempotent and any(step.status is Status.SUCCESS for step in execution.steps):
+        return None  # steps that wrote would run again: a person resumes it instead
     if execution.attempt > spec.retry.max_attempts:
         return None
     start = claim.now + retry_delay(spec, execution.attempt)

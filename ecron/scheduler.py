@@ -21,12 +21,13 @@ import structlog
 
 from ecron.clock import Clock
 from ecron.config.model import DaemonSettings, TaskSpec
-from ecron.core import INTERRUPTED_REASONS, Execution, Reason, Skipped, Status, TriggerKind
+from ecron.core import Execution, Reason, Skipped, Status, TriggerKind
 from ecron.errors import Conflict, NotFound
 from ecron.executor.runner import Executor
 from ecron.ids import new_eid
 from ecron.planning import (
     Claim,
+    auto_resume_spent,
     new_steps,
     outcome_of,
     overlapping,
@@ -302,45 +303,68 @@ class Scheduler:
 
     async def finished(self, execution: Execution) -> None:
         """Book-keeping when an execution ends: a retry, the count of final failures in a
-        row (and pausing), the next ``after`` fire time."""
+        row (and pausing), alerts, the next ``after`` fire time."""
         spec = self.specs.get(execution.task)
         if execution.status is Status.SKIPPED or execution.finished_at is None or spec is None:
             return
         now = self.clock.now()
         task = await self.store.get_task(execution.task)
-        retry = plan_retry(execution, spec, self.claim(now), task.next_fire_at if task else None)
-        if retry is not None and (retry := await self.store.create_execution(retry)) is not None:
+        paused = task is not None and task.paused
+        retry = await self._retry(execution, spec, task)
+        following = None
+        if retry is None and spec.fire_schedule.kind is ScheduleKind.AFTER and spec.enabled:
+            following = next_fire_time(spec.fire_schedule, execution.finished_at, now)
+        resumed = resumes_automatically(execution, spec) and not paused
+        if auto_resume_spent(execution, spec):
+            self._chain_exhausted(execution, "the chain has no resumes left")
+        outcome = outcome_of(execution, retried=retry is not None, resumed=resumed)
+        if outcome is False:
+            kind = (
+                "execution_failed" if execution.status is Status.FAILED else "execution_timed_out"
+            )
+            self._alert(kind, execution.task, execution=execution_snapshot(execution))
+        await self._count(execution, spec, outcome, following, paused)
+        if following is not None:
+            self.wake()
+
+    async def _retry(
+        self, execution: Execution, spec: TaskSpec, task: TaskState | None
+    ) -> Execution | None:
+        plan = plan_retry(
+            execution, spec, self.claim(self.clock.now()), task.next_fire_at if task else None
+        )
+        retry = None if plan is None else await self.store.create_execution(plan)
+        if retry is not None:
+            start_at = None if retry.next_poll_at is None else retry.next_poll_at.isoformat()
             log.info(
                 "retry_planned",
                 task=retry.task,
                 execution_id=retry.eid,
                 attempt=retry.attempt,
-                start_at=retry.next_poll_at.isoformat() if retry.next_poll_at else None,
+                start_at=start_at,
             )
             self._line_up(retry)
-        following = None
-        if retry is None and spec.fire_schedule.kind is ScheduleKind.AFTER and spec.enabled:
-            following = next_fire_time(spec.fire_schedule, execution.finished_at, now)
-        resumed = resumes_automatically(execution, spec)
-        if not resumed and execution.reason in INTERRUPTED_REASONS and spec.resume.auto:
-            log.warning(
-                "resume_chain_exhausted",
-                task=execution.task,
-                execution_id=execution.eid,
-                resume_attempt=execution.resume_attempt,
-            )
-            self._alert(
-                "resume_chain_exhausted", execution.task, execution=execution_snapshot(execution)
-            )
+        return retry
+
+    async def _count(
+        self,
+        execution: Execution,
+        spec: TaskSpec,
+        outcome: bool | None,
+        following: datetime | None,
+        was_paused: bool,
+    ) -> None:
+        """Record the end on the task row, pausing it after N final failures in a row."""
+        assert execution.finished_at is not None
         state = await self.store.task_finished(
             execution.task,
             execution.finished_at,
-            outcome_of(execution, retried=retry is not None, resumed=resumed),
+            outcome,
             following,
             pause_after=spec.pause_after_failures,
             pause_reason=pause_reason(spec, execution),
         )
-        if state is not None and state.paused and not (task and task.paused):
+        if state is not None and state.paused and not was_paused:
             log.warning("task_paused", task=state.name, reason=state.paused_reason)
             self._alert(
                 "task_paused",
@@ -348,13 +372,38 @@ class Scheduler:
                 reason=state.paused_reason,
                 execution=execution_snapshot(execution),
             )
-        if following is not None:
-            self.wake()
+
+    def _chain_exhausted(self, execution: Execution, why: str) -> None:
+        log.warning(
+            "resume_chain_exhausted",
+            task=execution.task,
+            execution_id=execution.eid,
+            resume_attempt=execution.resume_attempt,
+            reason=why,
+        )
+        self._alert(
+            "resume_chain_exhausted",
+            execution.task,
+            reason=why,
+            execution=execution_snapshot(execution),
+        )
+
+    async def give_up_resume(self, execution: Execution, why: str) -> None:
+        """An automatic resume that cannot happen in time (the patrol's last chance within
+        ``resume.within``): the failure becomes final, counted and alerted like any other."""
+        spec = self.specs.get(execution.task)
+        if spec is None:
+            return
+        self._chain_exhausted(execution, why)
+        self._alert("execution_failed", execution.task, execution=execution_snapshot(execution))
+        task = await self.store.get_task(execution.task)
+        await self._count(execution, spec, False, None, task is not None and task.paused)
 
     async def resume(self, eid: str, *, why: str) -> Execution:
         """Resume execution ``eid`` from its first step that did not succeed (``why``: who
         asked). Raises ``NotFound``, or ``Conflict`` when it cannot be resumed, was already
-        resumed (naming that resume), or the task is running under ``concurrency: forbid``."""
+        resumed (naming that resume), or the task is running under ``concurrency: forbid``
+        (under ``replace`` the running one is cancelled first)."""
         old = await self.store.get_execution(eid)
         if old is None:
             raise NotFound(f"no execution {eid!r}")
@@ -365,9 +414,8 @@ class Scheduler:
         spec = self.specs.get(old.task)
         if spec is None:
             raise NotFound(f"task {old.task!r} is not in this node's config")
-        if spec.concurrency == "forbid" and (
-            active := await self.store.active_executions(old.task)
-        ):
+        active = [] if spec.concurrency == "allow" else await self.store.active_executions(old.task)
+        if active and spec.concurrency == "forbid":
             raise Conflict(f"task {old.task!r} is running (execution {active[0].eid})")
         created = await self.store.create_execution(
             plan_resume(old, spec, self.claim(self.clock.now()))
@@ -383,6 +431,9 @@ class Scheduler:
             resume_attempt=created.resume_attempt,
             by=why,
         )
+        if active:
+            self.executor.hold(created)
+            await self._replace(active, created)
         self.executor.start(created)
         return created
 

@@ -316,3 +316,23 @@ async def test_a_dead_webhook_receiver_does_not_delay_the_next_fire_time(
     for execution in lags:
         assert execution is not None and execution.triggered_at is not None
         assert (execution.triggered_at - execution.scheduled_at).total_seconds() < 0.5
+
+
+async def test_no_failure_alert_for_an_interrupted_execution_that_is_resumed_automatically(
+    make_daemon: DaemonFactory, user_service: UserService, receiver: Receiver
+) -> None:
+    """Alerts are for failures that stay failures: an interrupted execution of an idempotent
+    task with resume.auto is resumed (and succeeds) without an execution_failed alert."""
+    receiver.fail_first = 0
+    user_service.duration = 0.1
+    user_service.script["POST"] = [reply(200, {"status": "FAILED", "interrupted": True})]
+    spec = task("resumed", f"{user_service.url}/jobs/x", idempotent=True, resume={"auto": True})
+    hooks = {"webhooks": [{"url": receiver.url}]}
+    async with make_daemon([spec], notify=hooks, patrol_interval="200ms") as daemon:
+        eid = await run_once(daemon, "resumed")
+        await ended(daemon, eid)
+        resumed = await wait_for(lambda: daemon.store.resumes_of([eid]), timeout=10)
+        done = await ended(daemon, resumed[eid])
+        await asyncio.sleep(0.5)
+    assert done.status.value == "SUCCESS"
+    assert receiver.alerts == []

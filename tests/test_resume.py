@@ -175,29 +175,31 @@ async def test_an_interrupted_idempotent_task_is_resumed_by_itself_from_the_fail
 async def test_a_task_that_writes_waits_for_a_person_and_is_resumed_once_only(
     make_daemon: DaemonFactory, user_service: UserService
 ) -> None:
-    """idempotent: false: no automatic resume, even with resume.auto; the API's resume
-    answers 202 and continues from step 2; a second resume of the same execution answers
-    409 naming the existing one."""
+    """idempotent: false: no automatic resume, even with resume.auto (and no "chain
+    exhausted" either: there is no chain); the API's resume answers 202 and continues from
+    step 2; a second resume of the same execution answers 409 naming the existing one."""
     user_service.duration = 0.1
     interrupt_step(user_service, 2)
     spec = three_steps(user_service, idempotent=False, resume={"auto": True})
-    async with make_daemon([spec], patrol_interval="200ms") as daemon:
-        eid = await run_once(daemon, "init")
-        await ended(daemon, eid)
-        await asyncio.sleep(0.7)  # three patrol rounds
-        assert await daemon.store.resumes_of([eid]) == {}
-        status, created = await api(daemon, "POST", f"/api/v1/executions/{eid}/resume")
-        again, refused = await api(daemon, "POST", f"/api/v1/executions/{eid}/resume")
-        resumed = await ended(daemon, created["id"])
-        success, not_resumable = await api(
-            daemon, "POST", f"/api/v1/executions/{created['id']}/resume"
-        )
-        unknown, _ = await api(daemon, "POST", "/api/v1/executions/nope/resume")
+    with capture_logs() as logs:
+        async with make_daemon([spec], patrol_interval="200ms") as daemon:
+            eid = await run_once(daemon, "init")
+            await ended(daemon, eid)
+            await asyncio.sleep(0.7)  # three patrol rounds
+            assert await daemon.store.resumes_of([eid]) == {}
+            status, created = await api(daemon, "POST", f"/api/v1/executions/{eid}/resume")
+            again, refused = await api(daemon, "POST", f"/api/v1/executions/{eid}/resume")
+            resumed = await ended(daemon, created["id"])
+            success, not_resumable = await api(
+                daemon, "POST", f"/api/v1/executions/{created['id']}/resume"
+            )
+            unknown, _ = await api(daemon, "POST", "/api/v1/executions/nope/resume")
     assert status == 202 and created["resume_of"] == eid
     assert again == 409 and created["id"] in refused["error"]
     assert resumed.status is Status.SUCCESS
     assert posts(user_service, f"{created['id']}.1") == 0
     assert (success, unknown) == (409, 404) and "SUCCESS" in not_resumable["error"]
+    assert not any(e["event"] == "resume_chain_exhausted" for e in logs)
 
 
 async def test_a_chain_that_keeps_failing_stops_after_resume_max_attempts(

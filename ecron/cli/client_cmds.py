@@ -151,6 +151,8 @@ def show(eid: str, as_json: bool, api: str, token: str | None) -> None:
         "finished_at",
         "deadline",
         "resume_of",
+        "resume_attempt",
+        "resumed_by",
     ):
         value = item.get(key)
         if key == "status":
@@ -232,8 +234,8 @@ def resume(eid: str, wait: bool, api: str, token: str | None) -> None:
         _fail(exc)
         return
     console = Console()
-    done = [s["number"] for s in snapshot["steps"] if s["status"] == "SUCCESS"]
-    start = "the start" if not done else f"step {max(done) + 1}"
+    todo = [s["number"] for s in snapshot["steps"] if s["status"] != "SUCCESS"]
+    start = f"step {todo[0]}" if todo and todo[0] > 1 else "the start"
     console.print(f"resumed {eid} as {snapshot['id']}, from {start}")
     if wait:
         final = follow(client, snapshot["id"], console)

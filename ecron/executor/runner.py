@@ -49,7 +49,6 @@ from ecron.logs import about
 from ecron.metrics import Metrics
 from ecron.notify import Notifier
 from ecron.schedules import jitter_offset
-from ecron.snapshots import execution_snapshot
 from ecron.store.base import Store
 from ecron.store.writer import StateWriter
 
@@ -317,7 +316,8 @@ class Executor:
         assert execution.finished_at is not None
         duration = max(0.0, (execution.finished_at - started).total_seconds())
         lag = None
-        if execution.triggered_at is not None:
+        kinds = (TriggerKind.SCHEDULE, TriggerKind.MANUAL)  # retries and resumes wait on purpose
+        if execution.triggered_at is not None and execution.trigger_kind in kinds:
             lag = round((execution.triggered_at - execution.scheduled_at).total_seconds(), 3)
         log.info(
             "execution_finished",
@@ -337,13 +337,6 @@ class Executor:
         ).inc()
         if execution.triggered_at is not None:
             self.metrics.execution_duration.labels(task=execution.task).observe(duration)
-        if self.notifier is not None and execution.status in (Status.FAILED, Status.TIMED_OUT):
-            kind = (
-                "execution_failed" if execution.status is Status.FAILED else "execution_timed_out"
-            )
-            self.notifier.event(
-                kind, execution.task, execution.finished_at, execution=execution_snapshot(execution)
-            )
         if self.on_finished is not None:
             try:
                 await self.on_finished(execution)

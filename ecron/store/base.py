@@ -203,10 +203,11 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def interrupted_unresumed(
-        self, task: str, since: datetime, limit: int
+        self, task: str, since: datetime, below_attempt: int, limit: int
     ) -> list[Execution]:
         """The task's executions that ended FAILED for an interrupting reason (interrupted,
-        unreachable, lost) at or after ``since`` and were not resumed, oldest first."""
+        unreachable, lost) at or after ``since``, with ``resume_attempt`` below
+        ``below_attempt``, and were not resumed; oldest first."""
 
     @abc.abstractmethod
     async def stuck(

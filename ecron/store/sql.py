@@ -349,7 +349,7 @@ class SqlStore(TaskOperations, Store):
             return {row.resume_of: row.eid for row in await conn.execute(query)}
 
     async def interrupted_unresumed(
-        self, task: str, since: datetime, limit: int
+        self, task: str, since: datetime, below_attempt: int, limit: int
     ) -> list[Execution]:
         resumed = sa.select(execution_table.c.resume_of).where(
             execution_table.c.resume_of.is_not(None)
@@ -361,6 +361,7 @@ class SqlStore(TaskOperations, Store):
                 execution_table.c.status == str(Status.FAILED),
                 execution_table.c.reason.in_([str(r) for r in INTERRUPTED_REASONS]),
                 execution_table.c.finished_at >= since,
+                execution_table.c.resume_attempt < below_attempt,
                 execution_table.c.eid.not_in(resumed),
             )
             .order_by(execution_table.c.finished_at)
