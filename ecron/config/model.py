@@ -265,8 +265,19 @@ class TaskSpec(_Strict):
         """Names of the steps, in order; empty for a one-call task."""
         return [step.name for step in self.steps or []]
 
+    @cached_property
+    def call_settings(self) -> dict[int | None, CallSettings]:
+        """Every call's settings (the task's, or each step's), worked out once: the
+        executor asks on every poll."""
+        numbers: list[int | None] = list(range(1, len(self.steps) + 1)) if self.steps else [None]
+        return {number: self._call(number) for number in numbers}
+
     def call(self, step: int | None) -> CallSettings:
         """The call settings of the task (``step`` None) or of its 1-based ``step``."""
+        settings = self.call_settings
+        return settings[step] if step in settings else self._call(step)
+
+    def _call(self, step: int | None) -> CallSettings:
         inherited = {key: getattr(self, key) for key in CALL_KEYS}
         if step is not None:
             assert self.steps is not None

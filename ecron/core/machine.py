@@ -235,6 +235,16 @@ def _apply_report(
         return Transition(execution, execution, cancel_due=True, ignored="deadline passed")
     if report.status is RemoteStatus.UNKNOWN:
         return _apply_unknown(execution, channel, now, after_takeover)
+    if (
+        channel is Channel.POLL
+        and report.status is RemoteStatus.RUNNING
+        and execution.status is Status.RUNNING
+        and execution.probe_failures == 0
+        and (report.progress is None or report.progress == execution.progress)
+        and (report.message is None or report.message == execution.message)
+    ):
+        # The common case, kept cheap: a poll that says nothing new is not written.
+        return Transition(execution, execution, ignored="nothing new")
     message = report.message if report.message is not None else execution.message
     if report.status is RemoteStatus.RUNNING:
         progress = execution.progress if report.progress is None else report.progress

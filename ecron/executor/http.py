@@ -27,6 +27,8 @@ from ecron.signing import callback_token, signature
 
 #: The most of a response body ecron reads; a larger one is a protocol error.
 BODY_LIMIT = 1024 * 1024
+#: Prepared polls kept at most (URL and headers per execution and deadline).
+POLL_CACHE = 20_000
 #: The protocol's name of each call, by its HTTP method.
 _CALL_NAMES = {"POST": "trigger", "GET": "poll", "DELETE": "cancel"}
 
@@ -107,6 +109,7 @@ class HttpCaller:
         metrics: Metrics | None = None,
     ) -> None:
         self.metrics = metrics
+        self._polls: dict[CallContext, tuple[CallSettings, URL, CIMultiDict[str] | None]] = {}
         self.session = session
         self.public_url = public_url.rstrip("/") if public_url else None
         self.callback_secret = callback_secret
@@ -118,8 +121,17 @@ class HttpCaller:
         return await self._request("POST", URL(call.url), call, ctx, body)
 
     async def poll(self, call: CallSettings, ctx: CallContext) -> CallOutcome:
-        """``GET {poll_url}``."""
-        return await self._request("GET", expand(call.poll_url, call, ctx), call, ctx, b"")
+        """``GET {poll_url}`` (the URL and the headers of an unsigned poll are worked out once
+        per execution and deadline: a poll is the call made most often by far)."""
+        prepared = self._polls.get(ctx)
+        if prepared is None or prepared[0] is not call:  # new, or the config was reloaded
+            if len(self._polls) >= POLL_CACHE:
+                self._polls.clear()
+            url = expand(call.poll_url, call, ctx)
+            headers = None if call.secret else self.headers("GET", url, call, ctx, b"")
+            prepared = self._polls[ctx] = (call, url, headers)
+        _, url, headers = prepared
+        return await self._request("GET", url, call, ctx, b"", headers)
 
     async def cancel(self, call: CallSettings, ctx: CallContext) -> CallOutcome:
         """``DELETE {cancel_url}``."""
@@ -156,10 +168,18 @@ class HttpCaller:
         return headers
 
     async def _request(
-        self, method: str, url: URL, call: CallSettings, ctx: CallContext, body: bytes
+        self,
+        method: str,
+        url: URL,
+        call: CallSettings,
+        ctx: CallContext,
+        body: bytes,
+        headers: CIMultiDict[str] | None = None,
     ) -> CallOutcome:
         started = time.monotonic()
-        outcome = await self._send(method, url, call, ctx, body)
+        if headers is None:  # signed calls are never prepared ahead: the time is in the signature
+            headers = self.headers(method, url, call, ctx, body)
+        outcome = await self._send(method, url, call, ctx, body, headers)
         if self.metrics is not None:
             name = _CALL_NAMES[method]
             self.metrics.http_calls.labels(call=name, outcome=str(outcome.kind)).inc()
@@ -167,9 +187,14 @@ class HttpCaller:
         return outcome
 
     async def _send(
-        self, method: str, url: URL, call: CallSettings, ctx: CallContext, body: bytes
+        self,
+        method: str,
+        url: URL,
+        call: CallSettings,
+        ctx: CallContext,
+        body: bytes,
+        headers: CIMultiDict[str],
     ) -> CallOutcome:
-        headers = self.headers(method, url, call, ctx, body)
         seconds = call.request_timeout.total_seconds()
         timeout = aiohttp.ClientTimeout(total=seconds, sock_connect=seconds)
         try:

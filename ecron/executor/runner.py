@@ -58,6 +58,9 @@ Finished = Callable[[Execution], Awaitable[None]]
 
 #: How many times a lost compare-and-set is retried on fresh state before giving up.
 RECORD_ATTEMPTS = 5
+#: Entries due within this much of the earliest are dispatched with it: one wake-up for
+#: polls that are due together, instead of one each (a poll may leave this much early).
+DISPATCH_WINDOW = timedelta(milliseconds=20)
 #: When looking at an execution failed unexpectedly, look again this much later.
 RETRY_AFTER_ERROR = timedelta(seconds=5)
 
@@ -382,7 +385,8 @@ class Executor:
         while True:
             self._wake.clear()
             now = self.clock.now()
-            while self._heap and self._heap[0][0] <= now:
+            horizon = now + DISPATCH_WINDOW  # polls due together go out together
+            while self._heap and self._heap[0][0] <= horizon:
                 due, seq, eid = heapq.heappop(self._heap)
                 if self._live_entry.get(eid) == seq:
                     del self._live_entry[eid]
