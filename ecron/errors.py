@@ -33,3 +33,7 @@ class NotFound(EcronError):
 
 class Conflict(EcronError):
     """The request contradicts the current state (e.g. resuming twice)."""
+
+
+class NothingToResume(Conflict):
+    """A resume would have no step left to run (the config dropped them meanwhile)."""

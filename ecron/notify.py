@@ -11,6 +11,7 @@ import asyncio
 import json
 import time
 from collections.abc import Mapping
+from contextlib import suppress
 from datetime import datetime
 from typing import Any
 
@@ -56,6 +57,7 @@ class Notifier:
         self._queue: asyncio.Queue[tuple[Webhook, NotifySettings, dict[str, Any]]] = asyncio.Queue(
             maxsize=QUEUE_SIZE
         )
+        self._pending: set[asyncio.Task[None]] = set()
 
     def event(self, kind: str, task: str, at: datetime, **details: Any) -> None:
         """Queue ``kind`` about ``task`` for every webhook that wants it; never waits."""
@@ -77,18 +79,30 @@ class Notifier:
     async def run(self) -> None:
         """Send queued events until cancelled, a bounded number at a time."""
         limit = asyncio.Semaphore(CONCURRENT_DELIVERIES)
-        pending: set[asyncio.Task[None]] = set()
         while True:
             hook, source, payload = await self._queue.get()
             await limit.acquire()
             task = asyncio.create_task(self._deliver(hook, source, payload))
-            pending.add(task)
+            self._pending.add(task)
 
             def done(finished: asyncio.Task[None]) -> None:
-                pending.discard(finished)
+                self._pending.discard(finished)
                 limit.release()
+                self._queue.task_done()
 
             task.add_done_callback(done)
+
+    async def drain(self, timeout: float) -> None:
+        """Let queued and running deliveries finish (shutdown), for at most ``timeout`` s;
+        what is left is counted as dropped."""
+        with suppress(TimeoutError):
+            await asyncio.wait_for(self._queue.join(), timeout=timeout)
+        left = self._queue.qsize() + len(self._pending)
+        while not self._queue.empty():
+            _, _, payload = self._queue.get_nowait()
+            self.metrics.alerts.labels(event=str(payload["event"]), outcome="dropped").inc()
+        if left:
+            log.error("alerts_dropped_at_shutdown", alerts=left)
 
     async def _deliver(
         self, hook: Webhook, source: NotifySettings, payload: dict[str, Any]
@@ -105,6 +119,7 @@ class Notifier:
             retry=retry_if_exception_type((DeliveryFailed, aiohttp.ClientError, TimeoutError)),
             reraise=True,
         )
+        receiver = str(URL(hook.url).origin())  # the path may be a secret (Slack-style URLs)
         try:
             async for attempt in retrying:
                 with attempt:
@@ -115,13 +130,13 @@ class Notifier:
                 "alert_failed",
                 alert=kind,
                 task=payload.get("task"),
-                url=hook.url,
-                attempts=policy.attempts,
+                receiver=receiver,
+                attempts=retrying.statistics.get("attempt_number", 1),
                 error=str(exc)[:200],
             )
             return
         self.metrics.alerts.labels(event=kind, outcome="sent").inc()
-        log.info("alert_sent", alert=kind, task=payload.get("task"), url=hook.url)
+        log.info("alert_sent", alert=kind, task=payload.get("task"), receiver=receiver)
 
     async def _post(self, hook: Webhook, payload: dict[str, Any]) -> None:
         body = json.dumps(payload).encode()

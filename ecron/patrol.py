@@ -17,7 +17,7 @@ import structlog
 from ecron.clock import Clock
 from ecron.config.model import DaemonSettings, TaskSpec
 from ecron.core import Execution
-from ecron.errors import Conflict, NotFound
+from ecron.errors import Conflict, NotFound, NothingToResume
 from ecron.executor.runner import Executor
 from ecron.scheduler import Scheduler
 from ecron.store.base import Store
@@ -120,7 +120,7 @@ class Patrol:
         except (Conflict, NotFound) as exc:
             assert execution.finished_at is not None
             last_chance = execution.finished_at + spec.resume.within - now
-            if last_chance <= self.settings.patrol_interval:
+            if isinstance(exc, NothingToResume) or last_chance <= self.settings.patrol_interval:
                 await self.scheduler.give_up_resume(
                     execution, f"not resumed within resume.within: {exc}"
                 )

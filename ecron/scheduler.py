@@ -22,7 +22,7 @@ import structlog
 from ecron.clock import Clock
 from ecron.config.model import DaemonSettings, TaskSpec
 from ecron.core import Execution, Reason, Skipped, Status, TriggerKind
-from ecron.errors import Conflict, NotFound
+from ecron.errors import Conflict, NotFound, NothingToResume
 from ecron.executor.runner import Executor
 from ecron.ids import new_eid
 from ecron.planning import (
@@ -315,7 +315,7 @@ class Scheduler:
         if retry is None and spec.fire_schedule.kind is ScheduleKind.AFTER and spec.enabled:
             following = next_fire_time(spec.fire_schedule, execution.finished_at, now)
         resumed = resumes_automatically(execution, spec) and not paused
-        if auto_resume_spent(execution, spec):
+        if retry is None and auto_resume_spent(execution, spec):
             self._chain_exhausted(execution, "the chain has no resumes left")
         outcome = outcome_of(execution, retried=retry is not None, resumed=resumed)
         if outcome is False:
@@ -392,8 +392,8 @@ class Scheduler:
         """An automatic resume that cannot happen in time (the patrol's last chance within
         ``resume.within``): the failure becomes final, counted and alerted like any other."""
         spec = self.specs.get(execution.task)
-        if spec is None:
-            return
+        if spec is None or not await self.store.give_up_resume(execution.eid, self.clock.now()):
+            return  # another node's patrol gave it up already
         self._chain_exhausted(execution, why)
         self._alert("execution_failed", execution.task, execution=execution_snapshot(execution))
         task = await self.store.get_task(execution.task)
@@ -417,9 +417,12 @@ class Scheduler:
         active = [] if spec.concurrency == "allow" else await self.store.active_executions(old.task)
         if active and spec.concurrency == "forbid":
             raise Conflict(f"task {old.task!r} is running (execution {active[0].eid})")
-        created = await self.store.create_execution(
-            plan_resume(old, spec, self.claim(self.clock.now()))
-        )
+        planned = plan_resume(old, spec, self.claim(self.clock.now()))
+        if planned.steps and all(step.status is Status.SUCCESS for step in planned.steps):
+            raise NothingToResume(
+                f"execution {eid}: every step of task {old.task!r} as configured now succeeded"
+            )
+        created = await self.store.create_execution(planned)
         if created is None:
             existing = (await self.store.resumes_of([eid])).get(eid)
             raise Conflict(f"execution {eid} was already resumed by {existing}")

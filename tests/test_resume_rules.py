@@ -12,6 +12,7 @@ from structlog.testing import capture_logs
 
 from ecron.config.model import TaskSpec
 from ecron.core import Execution, Reason, Status, Step
+from ecron.errors import Conflict
 from ecron.planning import Claim, auto_resume_spent, plan_resume, plan_retry
 from tests.support.rig import rig
 from tests.support.service import UserService, wait_for
@@ -183,3 +184,54 @@ async def test_a_resume_under_replace_cancels_the_running_execution_first(
         replaced = await r.store.get_execution(running.eid)
     assert replaced is not None and replaced.status is Status.CANCELLED
     assert len(user_service.calls_for(f"{running.eid}.1", "DELETE")) == 1
+
+
+async def test_a_resume_is_given_up_once_whichever_patrol_gets_there_first(
+    database_url: str, user_service: UserService
+) -> None:
+    """Two patrol rounds in one interval (two nodes) both at the last chance: the chain is
+    reported spent and the failure counted once, not twice."""
+    task = spec(
+        ["a"],
+        user_service.url,
+        idempotent=True,
+        resume={"auto": True, "within": "30m"},
+        pause_after_failures=2,
+    )
+    async with rig(database_url, [task], T0) as r:
+        await r.store.create_execution(
+            failed_at_step(0, ["a"], finished_at=T0 - timedelta(minutes=29, seconds=30))
+        )
+        await r.store.create_execution(
+            Execution(
+                eid="busy",
+                task="t",
+                scheduled_at=T0 + timedelta(minutes=1),
+                created_at=T0,
+                status=Status.RUNNING,
+            )
+        )
+        with capture_logs() as logs:
+            await r.patrol.run_once()
+            await r.patrol.run_once()
+        state = await r.store.get_task("t")
+    assert sum(e["event"] == "resume_chain_exhausted" for e in logs) == 1
+    assert state is not None and state.consecutive_failures == 1 and not state.paused
+
+
+async def test_a_resume_with_no_step_left_to_run_is_refused_and_given_up(
+    database_url: str, user_service: UserService
+) -> None:
+    """The config dropped the failed step: a resume would run nothing. A person's resume
+    answers 409 saying so; the patrol gives it up at once instead of leaving a stuck resume."""
+    old = failed_at_step(1, ["a", "b"], finished_at=T0 - timedelta(minutes=1))
+    task = spec(["a"], user_service.url, idempotent=True, resume={"auto": True})
+    async with rig(database_url, [task], T0) as r:
+        await r.store.create_execution(old)
+        with pytest.raises(Conflict, match="as configured now succeeded"):
+            await r.scheduler.resume("old", why="test")
+        with capture_logs() as logs:
+            counts = await r.patrol.run_once()
+        resumes = await r.store.resumes_of(["old"])
+    assert counts is not None and counts["resume"] == 0 and resumes == {}
+    assert any(e["event"] == "resume_chain_exhausted" for e in logs)

@@ -98,9 +98,13 @@ async def cancel_execution(request: web.Request) -> web.Response:
 @routes.post("/api/v1/executions/{eid}/report")
 async def report(request: web.Request) -> web.Response:
     """A callback (see ``_report``), counted by the status it is answered with."""
-    response = await _report(request)
-    context(request).metrics.callbacks.labels(answer=str(response.status)).inc()
-    return response
+    answer = "500"
+    try:
+        response = await _report(request)
+        answer = str(response.status)
+        return response
+    finally:
+        context(request).metrics.callbacks.labels(answer=answer).inc()
 
 
 async def _report(request: web.Request) -> web.Response:

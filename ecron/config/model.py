@@ -374,5 +374,5 @@ def config_secrets(config: Config) -> list[str | None]:
         if spec.notify is not None:
             hooks += spec.notify.webhooks
     for hook in hooks:
-        values += [hook.secret, *hook.headers.values()]
+        values += [hook.url, hook.secret, *hook.headers.values()]  # a URL may be the secret
     return values

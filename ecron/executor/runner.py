@@ -257,7 +257,7 @@ class Executor:
                 return transition, stored
             fresh = await self.store.get_execution(before.eid)
             if fresh is None or (as_owner and fresh.fence != execution.fence):
-                log.info(
+                log.debug(
                     "execution_let_go",
                     execution_id=execution.eid,
                     reason="the lease moved on" if fresh else "the row is gone",
@@ -290,17 +290,23 @@ class Executor:
             await self._finished(stored)
 
     def _trigger_lag(self, execution: Execution) -> None:
-        """Fire time (plus jitter) to first trigger, for fire times of the schedule and
-        manual runs (retries and resumes wait on purpose)."""
-        if execution.trigger_kind not in (TriggerKind.SCHEDULE, TriggerKind.MANUAL):
-            return
-        assert execution.triggered_at is not None
+        lag = self.trigger_lag(execution)
+        if lag is not None:
+            self.metrics.trigger_lag.labels(task=execution.task).observe(lag)
+
+    def trigger_lag(self, execution: Execution) -> float | None:
+        """Seconds from the fire time (plus jitter) to the first trigger, for fire times of
+        the schedule and manual runs; None for retries and resumes, which wait on purpose."""
+        if execution.triggered_at is None or execution.trigger_kind not in (
+            TriggerKind.SCHEDULE,
+            TriggerKind.MANUAL,
+        ):
+            return None
         due = execution.scheduled_at
         spec = self.specs.get(execution.task)
         if spec is not None:
             due += jitter_offset(execution.task, execution.scheduled_at, spec.jitter)
-        lag = max(0.0, (execution.triggered_at - due).total_seconds())
-        self.metrics.trigger_lag.labels(task=execution.task).observe(lag)
+        return max(0.0, (execution.triggered_at - due).total_seconds())
 
     def _remember(self, stored: Execution) -> None:
         """Keep the newest stored state of an execution this node drives."""
@@ -318,10 +324,7 @@ class Executor:
         started = execution.triggered_at or execution.created_at
         assert execution.finished_at is not None
         duration = max(0.0, (execution.finished_at - started).total_seconds())
-        lag = None
-        kinds = (TriggerKind.SCHEDULE, TriggerKind.MANUAL)  # retries and resumes wait on purpose
-        if execution.triggered_at is not None and execution.trigger_kind in kinds:
-            lag = round((execution.triggered_at - execution.scheduled_at).total_seconds(), 3)
+        lag = self.trigger_lag(execution)
         log.info(
             "execution_finished",
             task=execution.task,
@@ -331,7 +334,7 @@ class Executor:
             duration_seconds=round(duration, 3),
             attempt=execution.attempt,
             resume_attempt=execution.resume_attempt,
-            trigger_lag_seconds=lag,
+            trigger_lag_seconds=None if lag is None else round(lag, 3),
             steps=len(execution.steps) or None,
             node=self.node_id,
         )

@@ -210,6 +210,11 @@ class Store(abc.ABC):
         ``below_attempt``, and were not resumed; oldest first."""
 
     @abc.abstractmethod
+    async def give_up_resume(self, eid: str, now: datetime) -> bool:
+        """Record that ``eid`` will not be resumed automatically; True for the one caller
+        that recorded it (any later call, from any node, gets False)."""
+
+    @abc.abstractmethod
     async def stuck(
         self, now: datetime, silent_since: Mapping[str, datetime], limit: int
     ) -> list[Execution]:

@@ -362,12 +362,25 @@ class SqlStore(TaskOperations, Store):
                 execution_table.c.reason.in_([str(r) for r in INTERRUPTED_REASONS]),
                 execution_table.c.finished_at >= since,
                 execution_table.c.resume_attempt < below_attempt,
+                execution_table.c.resume_given_up_at.is_(None),
                 execution_table.c.eid.not_in(resumed),
             )
             .order_by(execution_table.c.finished_at)
             .limit(limit)
         )
         return await self._executions(query)
+
+    async def give_up_resume(self, eid: str, now: datetime) -> bool:
+        async with self.engines.write() as conn:
+            result = await conn.execute(
+                sa.update(execution_table)
+                .where(
+                    execution_table.c.eid == eid,
+                    execution_table.c.resume_given_up_at.is_(None),
+                )
+                .values(resume_given_up_at=now)
+            )
+        return result.rowcount == 1
 
     async def stuck(
         self, now: datetime, silent_since: Mapping[str, datetime], limit: int

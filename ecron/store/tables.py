@@ -107,6 +107,8 @@ class ExecutionRow(SQLModel, table=True):
     cancel_acknowledged: bool | None = None
     owner: str | None = Field(default=None, max_length=200)
     lease_until: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    #: When the patrol gave up resuming it automatically (not a domain field: patrol only).
+    resume_given_up_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     #: Raised on every claim: a write under an older fence is refused.
     fence: int = 0
     #: Raised on every write: compare-and-set against concurrent writers.
