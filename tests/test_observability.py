@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -336,3 +337,29 @@ async def test_no_failure_alert_for_an_interrupted_execution_that_is_resumed_aut
         await asyncio.sleep(0.5)
     assert done.status.value == "SUCCESS"
     assert receiver.alerts == []
+
+
+async def test_readiness_says_unready_when_the_scheduler_loop_stalls_and_liveness_does_not(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """/readyz answers 503 naming the scheduler when its loop has not gone round within the
+    bound; /healthz (the process is alive) still answers 200."""
+    async with (
+        make_daemon([task("a", f"{user_service.url}/jobs/x")]) as daemon,
+        aiohttp.ClientSession() as session,
+    ):
+        base = f"http://127.0.0.1:{daemon.port}"
+        async with session.get(f"{base}/readyz") as response:
+            ready = response.status
+        daemon.scheduler.claiming = False
+        for loop in daemon._loops:
+            if loop.get_name() == "ecron-scheduler":
+                loop.cancel()
+        await asyncio.sleep(0)
+        daemon.scheduler.last_tick = daemon.clock.now() - timedelta(minutes=5)
+        async with session.get(f"{base}/readyz") as response:
+            stalled, body = response.status, await response.json()
+        async with session.get(f"{base}/healthz") as response:
+            alive = response.status
+    assert (ready, stalled, alive) == (200, 503, 200)
+    assert any("scheduler" in problem for problem in body["problems"])
