@@ -289,33 +289,8 @@ class SqlStore(TaskOperations, Store):
             query = query.with_for_update(skip_locked=True)
         async with self.engines.write() as conn:
             eids = list((await conn.execute(query)).scalars())
-            if not eids:
-                return []
-            rows = (
-                (
-                    await conn.execute(
-                        sa.update(execution_table)
-                        .where(
-                            execution_table.c.eid.in_(eids),
-                            execution_table.c.status.in_(_ACTIVE),
-                            free,
-                        )
-                        .values(
-                            owner=node,
-                            lease_until=lease_until,
-                            fence=execution_table.c.fence + 1,
-                            version=execution_table.c.version + 1,
-                        )
-                        .returning(*execution_table.c)
-                    )
-                )
-                .mappings()
-                .all()
-            )
-            steps = await self._steps(conn, [row["eid"] for row in rows])
-        return sorted(
-            (to_execution(row, steps.get(row["eid"], ())) for row in rows), key=lambda e: e.eid
-        )
+            taken = await self._take(conn, node, eids, lease_until, free) if eids else []
+        return sorted(taken, key=lambda e: e.eid)
 
     async def renew_leases(self, node: str, eids: Sequence[str], lease_until: datetime) -> set[str]:
         if not eids:
@@ -409,27 +384,35 @@ class SqlStore(TaskOperations, Store):
         if not eids:
             return []
         async with self.engines.write() as conn:
-            rows = (
-                (
-                    await conn.execute(
-                        sa.update(execution_table)
-                        .where(
-                            execution_table.c.eid.in_(list(eids)),
-                            execution_table.c.status.in_(_ACTIVE),
-                        )
-                        .values(
-                            owner=node,
-                            lease_until=lease_until,
-                            fence=execution_table.c.fence + 1,
-                            version=execution_table.c.version + 1,
-                        )
-                        .returning(*execution_table.c)
-                    )
-                )
-                .mappings()
-                .all()
+            return await self._take(conn, node, list(eids), lease_until)
+
+    async def _take(
+        self,
+        conn: AsyncConnection,
+        node: str,
+        eids: list[str],
+        lease_until: datetime,
+        *conditions: sa.ColumnElement[bool],
+    ) -> list[Execution]:
+        """Give ``node`` the leases of the active ones of ``eids`` (meeting ``conditions``),
+        raising their fence; the executions as they are now."""
+        taken = (
+            sa.update(execution_table)
+            .where(
+                execution_table.c.eid.in_(eids),
+                execution_table.c.status.in_(_ACTIVE),
+                *conditions,
             )
-            steps = await self._steps(conn, [row["eid"] for row in rows])
+            .values(
+                owner=node,
+                lease_until=lease_until,
+                fence=execution_table.c.fence + 1,
+                version=execution_table.c.version + 1,
+            )
+            .returning(*execution_table.c)
+        )
+        rows = (await conn.execute(taken)).mappings().all()
+        steps = await self._steps(conn, [row["eid"] for row in rows])
         return [to_execution(row, steps.get(row["eid"], ())) for row in rows]
 
     async def purge_history(self, before: datetime, batch: int) -> int:
