@@ -150,6 +150,7 @@ class Executor:
         """Stop driving ``eid`` (its lease is gone, or it ended)."""
         self._inflight.pop(eid, None)
         self._live_entry.pop(eid, None)
+        self._adopted.discard(eid)
 
     @property
     def idle(self) -> bool:
@@ -161,7 +162,7 @@ class Executor:
         self._wake.set()
 
     def is_stopping(self, eid: str) -> bool:
-        """True while this node sends ``eid``'s cancel call, or once it ended here."""
+        """True while this node is stopping ``eid`` (recording and sending its cancel)."""
         return eid in self.stopping
 
     async def cancel(self, eid: str, message: str) -> Execution:
