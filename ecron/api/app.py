@@ -24,7 +24,7 @@ log = structlog.get_logger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 #: Paths that never ask for the API token.
-OPEN_PATHS = ("/healthz", "/readyz", "/metrics")
+OPEN_PATHS = ("/", "/healthz", "/readyz", "/metrics")
 
 
 @dataclass(slots=True)
@@ -107,7 +107,7 @@ def _is_open(request: web.Request) -> bool:
 
 def make_app(ctx: ApiContext) -> web.Application:
     """The whole web application, wired to the daemon's parts."""
-    from ecron.api import executions, health, tasks
+    from ecron.api import dashboard, executions, health, tasks
 
     app = web.Application(
         middlewares=[errors_middleware, auth_middleware(ctx.settings.api_token)],
@@ -117,4 +117,5 @@ def make_app(ctx: ApiContext) -> web.Application:
     app.add_routes(health.routes)
     app.add_routes(tasks.routes)
     app.add_routes(executions.routes)
+    app.add_routes(dashboard.routes)
     return app

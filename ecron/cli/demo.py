@@ -146,7 +146,7 @@ async def _demo(
         config = demo_config(where, port, service_url, every, duration)
         daemon = await stack.enter_async_context(Daemon(config))
         console.print(
-            f"ecron demo: API http://127.0.0.1:{daemon.port}/api/v1/executions, "
+            f"ecron demo: dashboard http://127.0.0.1:{daemon.port}/, "
             f"example service {service_url}, database {where / 'ecron-demo.db'}",
             soft_wrap=True,
         )
