@@ -62,7 +62,7 @@ def configure(format: str | None, level: str, stream: TextIO | None = None) -> N
     """Set up structlog (and the standard library's logging) to print one event per line."""
     out = stream or sys.stderr
     use_json = format == "json" or (format is None and not out.isatty())
-    processors: list[Processor] = [
+    shared: list[Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
@@ -70,17 +70,28 @@ def configure(format: str | None, level: str, stream: TextIO | None = None) -> N
         structlog.processors.format_exc_info,
         redact,
     ]
-    processors.append(
+    renderer: Processor = (
         structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer()
     )
     numeric = logging.getLevelName(level.upper())
     structlog.configure(
-        processors=processors,
+        processors=[*shared, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.PrintLoggerFactory(out),
         cache_logger_on_first_use=False,
     )
-    logging.basicConfig(level=max(numeric, logging.WARNING), stream=out, format="%(message)s")
+    # Lines from libraries (aiohttp, SQLAlchemy, asyncio) go through the same processors:
+    # the same format, the same redaction, with the logger's name.
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[structlog.stdlib.add_logger_name, *shared],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(max(numeric, logging.WARNING))
 
 
 @contextmanager

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
 import os
 import shutil
 from collections.abc import Iterator
@@ -150,11 +151,14 @@ async def test_log_lines_about_an_execution_carry_its_context_and_it_ends_with_o
 def json_logs() -> Iterator[io.StringIO]:
     """The real log pipeline (JSON, redaction) writing into a buffer."""
     buffer = io.StringIO()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     logs.configure("json", "debug", stream=buffer)
     try:
         yield buffer
     finally:
         structlog.reset_defaults()
+        root.handlers, root.level = handlers, level
 
 
 async def test_no_secret_value_appears_in_any_log_line(
@@ -363,3 +367,15 @@ async def test_readiness_says_unready_when_the_scheduler_loop_stalls_and_livenes
             alive = response.status
     assert (ready, stalled, alive) == (200, 503, 200)
     assert any("scheduler" in problem for problem in body["problems"])
+
+
+def test_library_log_lines_come_out_in_the_same_format_and_redacted(
+    json_logs: io.StringIO,
+) -> None:
+    """A warning logged by a library through the standard logging module is a JSON line
+    naming its logger, with registered secrets hidden."""
+    logs.hide(["lib-s3cret-value"])
+    logging.getLogger("aiohttp.client").warning("retrying with lib-s3cret-value")
+    [line] = [json.loads(x) for x in json_logs.getvalue().splitlines()]
+    assert line["logger"] == "aiohttp.client" and line["level"] == "warning"
+    assert line["event"] == "retrying with ***"
