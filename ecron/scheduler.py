@@ -450,6 +450,9 @@ class Scheduler:
         if spec is None:
             raise NotFound(f"no task {name!r} in this node's config")
         now = self.clock.now()
+        current = await self.store.get_task(name)
+        if current is not None and not paused and not current.paused:
+            return current  # not paused: unpausing changes nothing (no restart of the schedule)
         following = None
         if not paused and spec.enabled:
             following = next_fire_time(spec.fire_schedule, None, now)

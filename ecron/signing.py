@@ -61,4 +61,4 @@ def callback_token(secret: str, remote_id: str) -> str:
 
 def token_matches(secret: str, remote_id: str, token: str) -> bool:
     """Constant-time check of a callback token."""
-    return hmac.compare_digest(callback_token(secret, remote_id), token)
+    return hmac.compare_digest(callback_token(secret, remote_id).encode(), token.encode())

@@ -120,6 +120,23 @@ def test_ecron_run_serves_the_api_runs_a_task_and_stops_cleanly_on_sigterm(
         )
         assert cancelled.returncode == 0, cancelled.stderr
         assert "CANCELLED" in cancelled.stdout and "acknowledged" in cancelled.stdout
+        newest = subprocess.run(
+            ecron("executions", "--limit", "1", "--api", api),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+        cursor = re.search(r"more: --before (\S+)", newest.stdout)
+        assert cursor is not None, newest.stdout
+        older = subprocess.run(
+            ecron("executions", "--before", cursor.group(1), "--api", api),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+        assert older.returncode == 0 and "hello" in older.stdout and "long" not in older.stdout
     finally:
         daemon.send_signal(signal.SIGTERM)
         _, logs = daemon.communicate(timeout=20)

@@ -11,6 +11,7 @@ from aiohttp import web
 from ecron.core import Status
 from ecron.daemon import Daemon
 from tests.conftest import DaemonFactory, task
+from tests.protocol_support import ended
 from tests.support.service import UserService, wait_for
 
 PROTOCOL_HEADERS = {
@@ -322,3 +323,36 @@ async def test_a_task_is_paused_and_unpaused_through_the_api_with_a_reason_peopl
         assert (status, unpaused["paused"], unpaused["paused_reason"]) == (200, False, None)
         assert unpaused["next_fire_at"] is not None
         assert (await api(daemon, "POST", "/api/v1/tasks/nope/pause"))[0] == 404
+
+
+async def test_odd_requests_get_clear_answers_not_errors(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """A bearer token that is not ASCII is refused (401), for the API and for callbacks;
+    empty filters mean no filter; a pause reason that is not text is refused (400);
+    unpausing a task that is not paused changes nothing (its next fire time stays)."""
+    spec = task("h", f"{user_service.url}/jobs/x", schedule={"after": "1h"})
+    async with make_daemon([spec], api_token="t0k") as daemon:
+        user_service.duration = 0.05
+        auth = {"Authorization": "Bearer t0k"}
+        odd = {"Authorization": "Bearer té"}
+        assert (await api(daemon, "GET", "/api/v1/tasks", headers=odd))[0] == 401
+        _, run = await api(daemon, "POST", "/api/v1/tasks/h/run", headers=auth)
+        await ended(daemon, run["id"])
+        report = f"/api/v1/executions/{run['id']}/report"
+        assert (await api(daemon, "POST", report, headers=odd, json={"status": "RUNNING"}))[
+            0
+        ] == 401
+        status, page = await api(
+            daemon, "GET", "/api/v1/executions", headers=auth, params={"status": "", "task": ""}
+        )
+        _, everything = await api(daemon, "GET", "/api/v1/executions", headers=auth)
+        assert status == 200 and run["id"] in [e["id"] for e in page["items"]]
+        assert [e["id"] for e in page["items"]] == [e["id"] for e in everything["items"]]
+        bad = {"reason": 5}
+        assert (await api(daemon, "POST", "/api/v1/tasks/h/pause", headers=auth, json=bad))[
+            0
+        ] == 400
+        _, before = await api(daemon, "GET", "/api/v1/tasks/h", headers=auth)
+        status, after = await api(daemon, "POST", "/api/v1/tasks/h/unpause", headers=auth)
+    assert status == 200 and after["next_fire_at"] == before["next_fire_at"]

@@ -379,3 +379,29 @@ def test_library_log_lines_come_out_in_the_same_format_and_redacted(
     [line] = [json.loads(x) for x in json_logs.getvalue().splitlines()]
     assert line["logger"] == "aiohttp.client" and line["level"] == "warning"
     assert line["event"] == "retrying with ***"
+
+
+async def test_callbacks_are_counted_by_the_status_they_got_even_a_refused_oversized_body(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """ecron_callbacks_total counts each callback by its answer: a 404, and a 413 for a body
+    over the 1 MiB limit (not a 500)."""
+    user_service.duration = 60
+    spec = task("cb", f"{user_service.url}/jobs/x")
+    async with make_daemon([spec], public_url="http://ecron.test") as daemon:
+        eid = await run_once(daemon, "cb")
+        await wait_for(lambda: user_service.calls_for(eid, "POST"), timeout=5)
+        token = user_service.calls_for(eid, "POST")[0].headers["X-Ecron-Callback-Token"]
+        base = f"http://127.0.0.1:{daemon.port}/api/v1/executions"
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"{base}/nope/report", json={"status": "RUNNING"}) as r:
+                missing = r.status
+            body = io.BytesIO(b"x" * (2 * 1024 * 1024))
+            headers = {"Authorization": f"Bearer {token}"}
+            async with session.post(f"{base}/{eid}/report", data=body, headers=headers) as r:
+                too_big = r.status
+        found = samples(await scrape(daemon))
+    assert (missing, too_big) == (404, 413)
+    assert value(found, "ecron_callbacks_total", answer="404") == 1
+    assert value(found, "ecron_callbacks_total", answer="413") == 1
+    assert value(found, "ecron_callbacks_total", answer="500") == 0

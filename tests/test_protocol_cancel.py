@@ -26,7 +26,7 @@ def database_url(tmp_path: Path) -> str:
 def never_ending(service: UserService, **keys: Any) -> list[Any]:
     """A task whose job runs far longer than its 1 s timeout."""
     service.duration = 3600
-    values: dict[str, Any] = {"task_timeout": "1s", "request_timeout": "300ms"}
+    values: dict[str, Any] = {"task_timeout": "1s", "request_timeout": "2s"}
     values.update(keys)
     return [task("job", f"{service.url}/jobs/x", **values)]
 
@@ -108,7 +108,7 @@ async def test_a_cancel_that_fails_in_transport_is_tried_once_more_then_not_ackn
 ) -> None:
     """5xx, timeout or reset: a second DELETE, then TIMED_OUT not acknowledged; no third."""
     user_service.script["DELETE"] = times(5, answer)
-    async with make_daemon(never_ending(user_service)) as daemon:
+    async with make_daemon(never_ending(user_service, request_timeout="300ms")) as daemon:
         eid = await run_once(daemon, "job")
         execution = await ended(daemon, eid)
     assert execution.status is Status.TIMED_OUT

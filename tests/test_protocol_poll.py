@@ -24,7 +24,8 @@ def database_url(tmp_path: Path) -> str:
 
 
 def job(service: UserService, **keys: Any) -> list[Any]:
-    values: dict[str, Any] = {"request_timeout": "300ms", "max_probe_failures": 3}
+    # Generous: under load a normal answer must never count as a failed probe.
+    values: dict[str, Any] = {"request_timeout": "2s", "max_probe_failures": 3}
     values.update(keys)
     return [task("job", f"{service.url}/jobs/x", **values)]
 
@@ -58,7 +59,7 @@ async def test_polls_that_keep_failing_end_it_unreachable_after_max_probe_failur
     """Any failed poll (4xx, 5xx, timeout, reset) counts; 3 in a row end it FAILED unreachable."""
     user_service.duration = 60
     user_service.script["GET"] = times(3, answer)
-    async with make_daemon(job(user_service)) as daemon:
+    async with make_daemon(job(user_service, request_timeout="300ms")) as daemon:
         eid = await run_once(daemon, "job")
         execution = await ended(daemon, eid)
     assert (execution.status, execution.reason) == (Status.FAILED, Reason.UNREACHABLE)

@@ -36,7 +36,9 @@ def database_url(tmp_path: Path) -> str:
 
 
 def job(service: UserService, **keys: Any) -> list[Any]:
-    values: dict[str, Any] = {"trigger_retry": FAST_RETRY, "request_timeout": "300ms"}
+    # A generous request_timeout: under load a normal answer must never look lost. The tests
+    # about lost answers set a short one and hold the answer back much longer.
+    values: dict[str, Any] = {"trigger_retry": FAST_RETRY, "request_timeout": "2s"}
     values.update(keys)
     return [task("job", f"{service.url}/jobs/x", **values)]
 
@@ -163,7 +165,7 @@ async def test_a_trigger_answer_lost_after_the_work_started_is_found_by_polling_
     finds it RUNNING, and follows it to SUCCESS. Exactly one POST; the work started once."""
     user_service.duration = 0.3
     user_service.script["POST"] = [started_then_slow(user_service, 2.0)]
-    async with make_daemon(job(user_service)) as daemon:
+    async with make_daemon(job(user_service, request_timeout="300ms")) as daemon:
         eid = await run_once(daemon, "job")
         execution = await ended(daemon, eid)
     assert execution.status is Status.SUCCESS
@@ -180,7 +182,7 @@ async def test_a_trigger_lost_before_it_started_anything_is_sent_again_with_the_
     is sent again with the same eid (counted as a retry) and the execution succeeds."""
     user_service.duration = 0.1
     user_service.script["POST"] = [slow(1.0, reply(503))]
-    async with make_daemon(job(user_service)) as daemon:
+    async with make_daemon(job(user_service, request_timeout="300ms")) as daemon:
         eid = await run_once(daemon, "job")
         execution = await ended(daemon, eid)
     assert execution.status is Status.SUCCESS
@@ -210,7 +212,9 @@ async def test_an_outcome_still_unknown_when_the_retries_are_spent_is_polled_unt
     polled, and max_probe_failures failed polls end it FAILED unreachable."""
     user_service.script["POST"] = times(10, slow(1.0))
     user_service.script["GET"] = times(50, reply(500))
-    async with make_daemon(job(user_service, max_probe_failures=3)) as daemon:
+    async with make_daemon(
+        job(user_service, request_timeout="300ms", max_probe_failures=3)
+    ) as daemon:
         eid = await run_once(daemon, "job")
         execution = await ended(daemon, eid)
     assert (execution.status, execution.reason) == (Status.FAILED, Reason.UNREACHABLE)
@@ -225,7 +229,9 @@ async def test_an_unknown_outcome_that_the_service_then_denies_ends_trigger_fail
     started, and there is no budget to send it again: FAILED trigger_failed."""
     user_service.script["POST"] = times(10, slow(1.0))
     user_service.script["GET"] = times(3, reply(500))
-    spec = job(user_service, trigger_retry={"attempts": 1, "backoff": "10ms"})
+    spec = job(
+        user_service, request_timeout="300ms", trigger_retry={"attempts": 1, "backoff": "10ms"}
+    )
     async with make_daemon(spec) as daemon:
         eid = await run_once(daemon, "job")
         execution = await ended(daemon, eid)

@@ -85,7 +85,8 @@ def auth_middleware(token: str | None) -> Any:
             return await handler(request)
         given = request.headers.get("Authorization", "")
         scheme, _, value = given.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip(), token):
+        given_token = value.strip().encode()  # bytes: any text compares, in constant time
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given_token, token.encode()):
             return error(
                 401, "missing or wrong API token", "send Authorization: Bearer <api_token>"
             )

@@ -34,13 +34,16 @@ async def list_executions(request: web.Request) -> web.Response:
     if not 1 <= limit <= MAX_LIMIT:
         return error(400, f"limit must be between 1 and {MAX_LIMIT}", limit)
     status = None
-    if "status" in query:
+    if query.get("status"):  # an empty value means no filter
         try:
             status = Status(query["status"].upper())
         except ValueError:
             return error(400, "unknown status", [str(s) for s in Status])
     page = await context(request).store.list_executions(
-        task=query.get("task"), status=status, limit=limit, before=query.get("before")
+        task=query.get("task") or None,
+        status=status,
+        limit=limit,
+        before=query.get("before") or None,
     )
     items = await snapshots(request, page.items)
     return web.json_response({"items": items, "next": page.next})
@@ -103,6 +106,9 @@ async def report(request: web.Request) -> web.Response:
         response = await _report(request)
         answer = str(response.status)
         return response
+    except web.HTTPException as exc:  # e.g. 413: the body is over the size limit
+        answer = str(exc.status)
+        raise
     finally:
         context(request).metrics.callbacks.labels(answer=answer).inc()
 

@@ -61,8 +61,11 @@ async def pause_task(request: web.Request) -> web.Response:
             body = await request.json()
         except ValueError:
             return error(400, 'the body must be JSON, like {"reason": "..."}')
-        if isinstance(body, dict) and isinstance(body.get("reason"), str):
-            reason = body["reason"][:1000]
+        given = body.get("reason") if isinstance(body, dict) else None
+        if given is not None and not isinstance(given, str):
+            return error(400, "reason must be text", given)
+        if given:
+            reason = given[:1000]
     state = await context(request).scheduler.set_paused(task.name, True, reason)
     last = await context(request).store.last_executions([task.name])
     return web.json_response(task_snapshot(state, last.get(task.name)))

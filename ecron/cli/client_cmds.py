@@ -95,13 +95,21 @@ def trigger(name: str, wait: bool, api: str, token: str | None) -> None:
 @click.option("--task", default=None, help="Only this task's executions.")
 @click.option("--status", default=None, help="Only executions with this status.")
 @click.option("--limit", default=20, show_default=True, help="How many, newest first.")
+@click.option("--before", default=None, help="Only executions older than this one (next page).")
 @api_options
 def executions(
-    task: str | None, status: str | None, limit: int, api: str, token: str | None
+    task: str | None,
+    status: str | None,
+    limit: int,
+    before: str | None,
+    api: str,
+    token: str | None,
 ) -> None:
     """Execution history, newest first."""
     try:
-        page = _client(api, token).get("/api/v1/executions", task=task, status=status, limit=limit)
+        page = _client(api, token).get(
+            "/api/v1/executions", task=task, status=status, limit=limit, before=before
+        )
     except ApiError as exc:
         _fail(exc)
         return
