@@ -4,14 +4,10 @@ both on 127.0.0.1 in this process, on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import socket
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import aiohttp
@@ -21,23 +17,13 @@ from aiohttp import web
 from ecron.config.model import TaskSpec
 from ecron.daemon import Daemon
 from tests.conftest import DaemonFactory, task
+from tests.support.examples import load_example
 from tests.support.service import wait_for
 
 SECRET = "callback-example-secret"
 
 
-def _load_example() -> ModuleType:
-    path = Path(__file__).resolve().parent.parent / "examples" / "callback_service.py"
-    spec = importlib.util.spec_from_file_location("ecron_example_callback_service", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
-callback_service = _load_example()
+callback_service = load_example("callback_service.py")
 
 
 @dataclass

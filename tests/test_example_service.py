@@ -5,13 +5,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import importlib.util
 import json
-import sys
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -20,23 +16,13 @@ from aiohttp.test_utils import TestClient, TestServer
 from yarl import URL
 
 from ecron.signing import verify
+from tests.support.examples import load_example
 
 SECRET = "example-secret"
 WAIT = 5.0  # the longest any test waits for the service, seconds
 
 
-def _load_example() -> ModuleType:
-    path = Path(__file__).resolve().parent.parent / "examples" / "job_service.py"
-    spec = importlib.util.spec_from_file_location("ecron_example_job_service", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
-job_service = _load_example()
+job_service = load_example("job_service.py")
 
 Client = TestClient[web.Request, web.Application]
 

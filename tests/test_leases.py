@@ -44,6 +44,22 @@ async def take_over(store: SqlStore, eid: str, node: str) -> Execution:
     return taken
 
 
+def triggered_by_a_dead_node(eid: str) -> Execution:
+    """A PENDING execution whose trigger a node recorded before it died (lease expired)."""
+    now = datetime.now(UTC)
+    return Execution(
+        eid=eid,
+        task="job",
+        scheduled_at=now,
+        created_at=now,
+        triggered_at=now,
+        deadline=now + timedelta(hours=1),
+        owner="dead-node",
+        lease_until=now - timedelta(minutes=1),
+        fence=1,
+    )
+
+
 async def orphan(database_url: str, execution: Execution) -> None:
     """Store ``execution`` as a node that then died would have left it."""
     store = SqlStore.open(database_url)
@@ -110,21 +126,7 @@ async def test_a_taken_over_pending_execution_whose_trigger_may_have_left_is_pol
     user_service.duration = 0.3
     eid = new_eid()
     await user_service.start(eid)
-    now = datetime.now(UTC)
-    await orphan(
-        database_url,
-        Execution(
-            eid=eid,
-            task="job",
-            scheduled_at=now,
-            created_at=now,
-            triggered_at=now,
-            deadline=now + timedelta(hours=1),
-            owner="dead-node",
-            lease_until=now - timedelta(minutes=1),
-            fence=1,
-        ),
-    )
+    await orphan(database_url, triggered_by_a_dead_node(eid))
     async with make_daemon([task("job", f"{user_service.url}/jobs/x")]) as daemon:
         execution = await ended(daemon, eid)
     assert execution.status is Status.SUCCESS
@@ -139,21 +141,7 @@ async def test_a_taken_over_pending_execution_the_service_never_saw_is_triggered
     with the same execution id, and the execution succeeds."""
     user_service.duration = 0.2
     eid = new_eid()
-    now = datetime.now(UTC)
-    await orphan(
-        database_url,
-        Execution(
-            eid=eid,
-            task="job",
-            scheduled_at=now,
-            created_at=now,
-            triggered_at=now,
-            deadline=now + timedelta(hours=1),
-            owner="dead-node",
-            lease_until=now - timedelta(minutes=1),
-            fence=1,
-        ),
-    )
+    await orphan(database_url, triggered_by_a_dead_node(eid))
     async with make_daemon([task("job", f"{user_service.url}/jobs/x")]) as daemon:
         execution = await ended(daemon, eid)
     assert execution.status is Status.SUCCESS

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 from rich.console import Console
@@ -39,7 +39,7 @@ def _client(api: str, token: str | None) -> ApiClient:
     return ApiClient(api, token)
 
 
-def _fail(exc: ApiError) -> None:
+def _fail(exc: ApiError) -> NoReturn:
     raise click.ClickException(str(exc)) from exc
 
 
@@ -51,7 +51,6 @@ def tasks(api: str, token: str | None) -> None:
         items = _client(api, token).get("/api/v1/tasks")["items"]
     except ApiError as exc:
         _fail(exc)
-        return
     table = Table("task", "schedule", "next fire", "state", "last execution")
     for item in items:
         last = item.get("last_execution")
@@ -79,7 +78,6 @@ def trigger(name: str, wait: bool, api: str, token: str | None) -> None:
         status, snapshot = client.post(f"/api/v1/tasks/{name}/run")
     except ApiError as exc:
         _fail(exc)
-        return
     console = Console()
     if status == 200:
         console.print(f"{name} is already running (concurrency: forbid): {snapshot['id']}")
@@ -112,7 +110,6 @@ def executions(
         )
     except ApiError as exc:
         _fail(exc)
-        return
     table = Table("id", "task", "status", "progress", "scheduled", "finished", "message")
     for item in page["items"]:
         table.add_row(
@@ -139,7 +136,6 @@ def show(eid: str, as_json: bool, api: str, token: str | None) -> None:
         item = _client(api, token).get(f"/api/v1/executions/{eid}")
     except ApiError as exc:
         _fail(exc)
-        return
     if as_json:
         click.echo(json.dumps(item, indent=2))
         return
@@ -191,7 +187,6 @@ def cancel(eid: str, api: str, token: str | None) -> None:
         _, snapshot = _client(api, token).post(f"/api/v1/executions/{eid}/cancel")
     except ApiError as exc:
         _fail(exc)
-        return
     acknowledged = {True: "acknowledged", False: "not acknowledged", None: "not sent"}
     Console().print(
         f"{eid} {status_text(snapshot)}; the cancel call was "
@@ -212,7 +207,6 @@ def pause(name: str, reason: str | None, api: str, token: str | None) -> None:
         )
     except ApiError as exc:
         _fail(exc)
-        return
     Console().print(f"{name} paused: {snapshot['paused_reason']}")
 
 
@@ -225,7 +219,6 @@ def unpause(name: str, api: str, token: str | None) -> None:
         _, snapshot = _client(api, token).post(f"/api/v1/tasks/{name}/unpause")
     except ApiError as exc:
         _fail(exc)
-        return
     Console().print(f"{name} unpaused; next fire time {snapshot['next_fire_at'] or '-'}")
 
 
@@ -240,7 +233,6 @@ def resume(eid: str, wait: bool, api: str, token: str | None) -> None:
         _, snapshot = client.post(f"/api/v1/executions/{eid}/resume")
     except ApiError as exc:
         _fail(exc)
-        return
     console = Console()
     todo = [s["number"] for s in snapshot["steps"] if s["status"] != "SUCCESS"]
     start = f"step {todo[0]}" if todo and todo[0] > 1 else "the start"
