@@ -19,14 +19,11 @@ from aiohttp import web
 from ecron.api.app import ApiContext, make_app
 from ecron.clock import Clock
 from ecron.config.model import Config, TaskSpec, config_secrets
-from ecron.core import Execution
 from ecron.executor.http import HttpCaller
-from ecron.executor.runner import Executor
 from ecron.logs import hide
 from ecron.metrics import Metrics
 from ecron.notify import Notifier
-from ecron.patrol import Patrol
-from ecron.scheduler import Scheduler
+from ecron.parts import Parts
 from ecron.store.lock import cluster_lock
 from ecron.store.migrate import upgrade
 from ecron.store.sql import SqlStore
@@ -101,43 +98,25 @@ class Daemon:
             session, public_url=settings.public_url, callback_secret=secret, metrics=metrics
         )
         self.notifier = Notifier(settings.notify, self.specs, session, metrics, self.node_id)
-        self.executor = Executor(
+        self.parts = parts = Parts.build(
             store=self.store,
             writer=self.writer,
             caller=caller,
             clock=self.clock,
-            specs=self.specs,
-            workers=settings.poll_workers,
-            on_finished=self._finished,
-            metrics=metrics,
+            settings=settings,
             node_id=self.node_id,
+            specs=self.specs,
+            metrics=metrics,
             notifier=self.notifier,
         )
-        self.scheduler = scheduler = Scheduler(
-            store=self.store,
-            executor=self.executor,
-            clock=self.clock,
-            settings=settings,
-            node_id=self.node_id,
-            specs=self.specs,
-        )
-        self.patrol = Patrol(
-            store=self.store,
-            scheduler=scheduler,
-            executor=self.executor,
-            clock=self.clock,
-            settings=settings,
-            node_id=self.node_id,
-            specs=self.specs,
-        )
-        await self.store.heartbeat(
-            self.node_id, self.clock.now(), host=socket.gethostname(), pid=os.getpid()
-        )
+        self.executor, self.scheduler, self.patrol = parts.executor, parts.scheduler, parts.patrol
+        self.leases = parts.leases
+        await self.leases.register()
         await self._serve_api()
         self._loops = [
             asyncio.create_task(self.executor.run(), name="ecron-executor"),
             asyncio.create_task(self.scheduler.run(), name="ecron-scheduler"),
-            asyncio.create_task(self._keep_alive(), name="ecron-keep-alive"),
+            asyncio.create_task(self.leases.run(), name="ecron-keep-alive"),
             asyncio.create_task(self.patrol.run(), name="ecron-patrol"),
             asyncio.create_task(self.notifier.run(), name="ecron-notifier"),
         ]
@@ -179,46 +158,12 @@ class Daemon:
                 "tasks_synced", added=result.added, updated=result.updated, retired=result.retired
             )
 
-    async def _finished(self, execution: Execution) -> None:
-        await self.scheduler.finished(execution)
-
-    async def _keep_alive(self) -> None:
-        """Heartbeat and lease renewal at half the lease TTL; a lease not renewed is let go.
-
-        When the database cannot be reached long enough for this node's leases to expire,
-        it lets go of everything: another node may have taken over meanwhile.
-        """
-        interval = self.settings.lease_ttl.total_seconds() / 2
-        valid_until = self.clock.now() + self.settings.lease_ttl
-        while True:
-            await asyncio.sleep(interval)
-            now = self.clock.now()
-            held = list(self.executor.inflight)
-            try:
-                await self.store.heartbeat(self.node_id, now)
-                self.scheduler.live_nodes = await self.store.live_nodes(
-                    now - self.settings.lease_ttl
-                )
-                renewed = await self.store.renew_leases(
-                    self.node_id, held, now + self.settings.lease_ttl
-                )
-            except Exception:
-                log.exception("lease_renewal_failed", leases=len(held))
-                if self.clock.now() >= valid_until:
-                    log.error("leases_expired_unrenewed", released=len(held))
-                    for eid in held:
-                        self.executor.forget(eid)
-                continue
-            valid_until = now + self.settings.lease_ttl
-            for eid in set(held) - renewed:
-                log.warning("lease_lost", execution_id=eid)
-                self.executor.forget(eid)
-
     async def reload(self, config: Config) -> None:
         """Take new task definitions (SIGHUP): the database follows, running work goes on."""
         hide(config_secrets(config))
         removed = {name: spec for name, spec in self.specs.items() if name not in config.tasks}
-        self.executor.retire_specs(removed)
+        running = {execution.task for execution in self.executor.held.values()}
+        self.executor.calls.retire(removed, running)
         self.specs.clear()
         self.specs.update(config.tasks)
         await self._sync_tasks(self.clock.now())
@@ -240,11 +185,11 @@ class Daemon:
                 await loop
         self._loops = []
         if hasattr(self, "executor"):
-            held = list(self.executor.inflight)
+            released = 0
             with suppress(Exception):
-                await self.store.release_leases(self.node_id, held)
+                released = await self.leases.release_all()
                 await self.store.remove_node(self.node_id)
-            log.info("daemon_stopped", node=self.node_id, released=len(held))
+            log.info("daemon_stopped", node=self.node_id, released=released)
         await self._stack.aclose()
 
 

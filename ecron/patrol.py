@@ -14,11 +14,13 @@ from datetime import datetime, timedelta
 
 import structlog
 
+from ecron.bookkeeping import Bookkeeping
 from ecron.clock import Clock
 from ecron.config.model import DaemonSettings, TaskSpec
 from ecron.core import Execution
 from ecron.errors import Conflict, NotFound, NothingToResume
 from ecron.executor.runner import Executor
+from ecron.leases import Leases
 from ecron.scheduler import Scheduler
 from ecron.store.base import Store
 
@@ -43,6 +45,8 @@ class Patrol:
         store: Store,
         scheduler: Scheduler,
         executor: Executor,
+        leases: Leases,
+        bookkeeping: Bookkeeping,
         clock: Clock,
         settings: DaemonSettings,
         node_id: str,
@@ -51,6 +55,8 @@ class Patrol:
         self.store = store
         self.scheduler = scheduler
         self.executor = executor
+        self.leases = leases
+        self.bookkeeping = bookkeeping
         self.clock = clock
         self.settings = settings
         self.node_id = node_id
@@ -121,7 +127,7 @@ class Patrol:
             assert execution.finished_at is not None
             last_chance = execution.finished_at + spec.resume.within - now
             if isinstance(exc, NothingToResume) or last_chance <= self.settings.patrol_interval:
-                await self.scheduler.give_up_resume(
+                await self.bookkeeping.give_up_resume(
                     execution, f"not resumed within resume.within: {exc}"
                 )
             else:
@@ -144,9 +150,7 @@ class Patrol:
             if spec.mode == "callback"
         }
         found = await self.store.stuck(now - STALE_MARGIN, silent, PATROL_LIMIT)
-        mine = [e.eid for e in found if e.task in self.specs]
-        taken = await self.store.force_claim(self.node_id, mine, now + self.settings.lease_ttl)
-        self.executor.metrics.claims.labels(kind="stale").inc(len(taken))
+        taken = await self.leases.force_claim([e.eid for e in found if e.task in self.specs], now)
         for execution in taken:
             log.warning(
                 "stale_execution_taken_over",

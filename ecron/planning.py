@@ -1,22 +1,36 @@
-"""The scheduling rules as pure functions: misfire, overlap, retries, pause (DESIGN.md,
-"Scheduling rules"). Time is always an argument; nothing here does I/O."""
+"""The scheduling rules as pure functions: misfire, overlap, retries, pause, and whether a
+claimed fire time starts (DESIGN.md, "Scheduling rules"). Time is always an argument;
+nothing here does I/O. Every status an execution gets here comes from ``core.apply``."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from ecron.config.model import TaskSpec
-from ecron.core import INTERRUPTED_REASONS, Execution, Reason, Status, Step, TriggerKind
+from ecron.core import (
+    INTERRUPTED_REASONS,
+    Event,
+    Execution,
+    Reason,
+    Skipped,
+    Status,
+    Step,
+    TriggerKind,
+    TriggerSent,
+    apply,
+    current_step,
+)
 from ecron.ids import new_eid, remote_id
 from ecron.schedules import (
     ScheduleKind,
+    jitter_offset,
     latest_fire_times,
     missed_fire_times,
     next_fire_time,
 )
-from ecron.store.base import FirePlan, TaskState
+from ecron.store.base import FirePlan, Gate, Holder
 
 #: At most this many fire times of one task are run in one claim (``run_all`` catches up in
 #: steps of this size).
@@ -28,34 +42,38 @@ MISFIRE_RECORDS = 20
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """Who claims, when, and for how long: what a plan needs besides the task."""
+    """Who claims, when, and for how long: what a plan needs besides the task.
+
+    A fire time claimed ahead is held until its start plus ``grace``; an execution started
+    at once (a manual run, a resume) for ``lease_ttl``.
+    """
 
     node: str
     now: datetime
     horizon: datetime
-    lease_until: datetime
-    new_id: Callable[[], str] = new_eid
+    grace: timedelta = timedelta(seconds=1)
+    lease_ttl: timedelta = timedelta(seconds=15)
+    new_id: Callable[[], str] = field(default=new_eid)
 
 
-def plan_fires(task: TaskState, claim: Claim) -> FirePlan:
+def plan_fires(name: str, spec: TaskSpec, next_fire_at: datetime, claim: Claim) -> FirePlan:
     """Decide which of a task's due fire times run, which are SKIPPED, and the next one.
 
     A fire time found more than ``misfire.grace`` late follows ``misfire.policy``:
     ``skip`` records the late ones SKIPPED ``misfire`` (the latest ``MISFIRE_RECORDS``
     of them); ``run_once`` runs the latest late one and skips the rest; ``run_all``
     runs them all (``MAX_FIRES_PER_CLAIM`` per claim). Fire times on time always run.
+    The ones that run are claimed (SCHEDULED) until they start.
     """
-    spec = task.spec
     schedule = spec.fire_schedule
-    assert task.next_fire_at is not None
     late_before = claim.now - spec.misfire.grace
     skip: list[datetime] = []
-    if task.next_fire_at >= late_before or spec.misfire.policy == "run_all":
+    if next_fire_at >= late_before or spec.misfire.policy == "run_all":
         run, following = missed_fire_times(
-            schedule, task.next_fire_at, claim.horizon, MAX_FIRES_PER_CLAIM
+            schedule, next_fire_at, claim.horizon, MAX_FIRES_PER_CLAIM
         )
     else:
-        missed = latest_fire_times(schedule, task.next_fire_at, late_before, MISFIRE_RECORDS + 1)
+        missed = latest_fire_times(schedule, next_fire_at, late_before, MISFIRE_RECORDS + 1)
         if spec.misfire.policy == "run_once":
             run, skip = missed[-1:], missed[-MISFIRE_RECORDS - 1 : -1]
         else:
@@ -72,29 +90,48 @@ def plan_fires(task: TaskState, claim: Claim) -> FirePlan:
     if schedule.kind is ScheduleKind.AFTER:
         # Fixed delay: the next fire time is set when the execution ends; if none runs, from now.
         following = None if run else next_fire_time(schedule, claim.now, claim.now)
-    executions = [pending(task.name, when, claim, spec=spec) for when in run]
+    executions = [claimed(name, when, claim, spec=spec) for when in run]
     why = "the fire time was found too late (misfire policy)"
-    executions += [skipped(task.name, when, claim, Reason.MISFIRE, why) for when in skip]
+    executions += [skipped(name, when, claim, Reason.MISFIRE, why) for when in skip]
     return FirePlan(next_fire_at=following, executions=executions)
 
 
-def pending(
+def claimed(
     task: str, when: datetime, claim: Claim, *, spec: TaskSpec, **values: object
 ) -> Execution:
-    """A PENDING execution of ``task`` for fire time ``when``, held by the claiming node,
-    with its steps when the task has them."""
+    """A fire time ``when`` of ``task`` claimed by ``claim``'s node (SCHEDULED), with its
+    steps when the task has them, held until its start plus the claim's grace."""
     eid = claim.new_id()
-    return Execution(
+    execution = Execution(
         eid=eid,
         task=task,
         scheduled_at=when,
         created_at=claim.now,
         owner=claim.node,
-        lease_until=claim.lease_until,
         fence=1,
         steps=new_steps(spec, eid),
         **values,  # type: ignore[arg-type]
     )
+    return execution.evolve(lease_until=start_time(execution, spec) + claim.grace)
+
+
+def started(execution: Execution, spec: TaskSpec, claim: Claim) -> Execution:
+    """``execution`` (SCHEDULED) started at once: PENDING, its trigger about to leave, held
+    for a full lease (a manual run, a resume)."""
+    return apply(execution, trigger_sent(execution, spec), claim.now).after.evolve(
+        lease_until=claim.now + claim.lease_ttl
+    )
+
+
+def start_time(execution: Execution, spec: TaskSpec | None) -> datetime:
+    """When a claimed execution is due to start: its fire time plus jitter, or, for a
+    retry, the end of its backoff (``next_poll_at``)."""
+    due = execution.scheduled_at
+    if spec is not None:
+        due += jitter_offset(execution.task, execution.scheduled_at, spec.jitter)
+    if execution.next_poll_at is not None:
+        due = max(due, execution.next_poll_at)
+    return due
 
 
 def new_steps(spec: TaskSpec, eid: str) -> tuple[Step, ...]:
@@ -106,23 +143,76 @@ def new_steps(spec: TaskSpec, eid: str) -> tuple[Step, ...]:
 
 
 def skipped(task: str, when: datetime, claim: Claim, reason: Reason, message: str) -> Execution:
-    """A SKIPPED record for fire time ``when``."""
-    return Execution(
-        eid=claim.new_id(),
-        task=task,
-        scheduled_at=when,
-        created_at=claim.now,
-        status=Status.SKIPPED,
-        reason=reason,
-        message=message,
-        finished_at=claim.now,
-    )
+    """A SKIPPED record for fire time ``when``: a claim that ``core.apply`` skips at once."""
+    execution = Execution(eid=claim.new_id(), task=task, scheduled_at=when, created_at=claim.now)
+    return apply(execution, Skipped(reason, message), claim.now).after
 
 
-def overlapping(execution: Execution, active: Sequence[Execution]) -> list[Execution]:
-    """The active executions that started (or were due) before ``execution``."""
-    mine = (execution.scheduled_at, execution.eid)
-    return [other for other in active if (other.scheduled_at, other.eid) < mine]
+def start_event(
+    execution: Execution, spec: TaskSpec | None, gate: Gate, now: datetime
+) -> Event | None:
+    """Whether a claimed execution starts at ``now``: the event to apply (its trigger
+    leaves, or a skip), or None when it must wait (``replace``: the older executions are
+    cancelled first; see ``to_replace``).
+
+    The task no longer in the config, or paused (for all but manual runs): SKIPPED
+    ``paused``. Started more than ``misfire.grace`` late (handed back by a node that
+    stopped, adopted after a crash), a fire time of the schedule follows ``misfire.policy``:
+    ``skip`` skips it; ``run_once`` runs it only if no later fire time is claimed.
+    ``concurrency: forbid`` with an older execution still active: SKIPPED ``overlap``.
+    """
+    if spec is None or gate.retired:
+        return Skipped(Reason.PAUSED, "the task is no longer in the config")
+    if gate.paused and execution.trigger_kind is not TriggerKind.MANUAL:
+        return Skipped(Reason.PAUSED, gate.paused_reason or "the task is paused")
+    if misfired(execution, spec, gate, now):
+        return Skipped(Reason.MISFIRE, "started too late (misfire policy)")
+    older = overlapping(execution, gate.active)
+    if older and spec.concurrency == "forbid":
+        return Skipped(Reason.OVERLAP, f"execution {older[0].eid} was still {older[0].status}")
+    if older and spec.concurrency == "replace":
+        return None
+    return trigger_sent(execution, spec)
+
+
+def trigger_sent(execution: Execution, spec: TaskSpec) -> TriggerSent:
+    """The start of ``execution``: its trigger leaves, under the task's ``task_timeout`` and,
+    for a step, also the step's own (the earlier deadline holds)."""
+    step = current_step(execution)
+    if step is None:
+        return TriggerSent(spec.task_timeout)
+    return TriggerSent(spec.task_timeout, spec.call(step.number).task_timeout)
+
+
+def misfired(execution: Execution, spec: TaskSpec, gate: Gate, now: datetime) -> bool:
+    """True when a fire time of the schedule starts more than ``misfire.grace`` late and the
+    policy says not to run it (see ``start_event``)."""
+    if execution.trigger_kind is not TriggerKind.SCHEDULE or spec.misfire.policy == "run_all":
+        return False
+    if now - execution.scheduled_at <= spec.misfire.grace:
+        return False
+    if spec.misfire.policy == "skip":
+        return True
+    waiting = [*gate.later, *(h.scheduled_at for h in gate.active)]
+    return any(when > execution.scheduled_at for when in waiting)
+
+
+def is_late(execution: Execution, spec: TaskSpec | None, now: datetime) -> bool:
+    """True when a start at ``now`` is past the misfire grace (its gate must then know the
+    fire times claimed for later)."""
+    return spec is not None and now - execution.scheduled_at > spec.misfire.grace
+
+
+def to_replace(execution: Execution, gate: Gate) -> list[Holder]:
+    """``concurrency: replace``: the active executions to cancel before ``execution`` runs."""
+    return overlapping(execution, gate.active)
+
+
+def overlapping(execution: Execution, active: Sequence[Holder]) -> list[Holder]:
+    """The other active executions of the task: under ``forbid`` any of them makes a start
+    an overlap, under ``replace`` each is cancelled first. Claims ahead (SCHEDULED) are not
+    active and never count."""
+    return [other for other in active if other.eid != execution.eid]
 
 
 def retry_delay(spec: TaskSpec, attempt: int) -> timedelta:
@@ -143,10 +233,11 @@ def resumable(execution: Execution) -> str | None:
 
 
 def plan_resume(old: Execution, spec: TaskSpec, claim: Claim) -> Execution:
-    """The resume of ``old``: a new execution of the same fire time and attempt, one
-    ``resume_attempt`` further. The steps that were SUCCESS before the first one that was
-    not stay SUCCESS (with their old remote ids); from that one on, the steps start afresh
-    under the new id (so does any step whose name changed in the config meanwhile)."""
+    """The resume of ``old`` (to be started at once, see ``started``): a new execution of
+    the same fire time and attempt, one ``resume_attempt`` further. The steps that were
+    SUCCESS before the first one that was not stay SUCCESS (with their old remote ids); from
+    that one on, the steps start afresh under the new id (so does any step whose name
+    changed in the config meanwhile)."""
     eid = claim.new_id()
     fresh = new_steps(spec, eid)
     kept: list[Step] = []
@@ -155,7 +246,7 @@ def plan_resume(old: Execution, spec: TaskSpec, claim: Claim) -> Execution:
             break
         kept.append(before)  # unchanged and done before the first unfinished step
     steps = (*kept, *fresh[len(kept) :])
-    return Execution(
+    resume = Execution(
         eid=eid,
         task=old.task,
         scheduled_at=old.scheduled_at,
@@ -166,10 +257,10 @@ def plan_resume(old: Execution, spec: TaskSpec, claim: Claim) -> Execution:
         resume_attempt=old.resume_attempt + 1,
         progress=sum(s.progress for s in steps) / len(steps) if steps else 0.0,
         owner=claim.node,
-        lease_until=claim.lease_until,
         fence=1,
         steps=steps,
     )
+    return resume
 
 
 def resumes_automatically(execution: Execution, spec: TaskSpec) -> bool:
@@ -219,7 +310,7 @@ def plan_retry(
     start = claim.now + retry_delay(spec, execution.attempt)
     if next_fire_at is not None and start >= next_fire_at:
         return None
-    return pending(
+    return claimed(
         execution.task,
         execution.scheduled_at,
         claim,

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from ecron.clock import iso
@@ -55,9 +56,13 @@ def step_snapshot(step: Step) -> dict[str, Any]:
     }
 
 
-def task_snapshot(task: TaskState, last: Execution | None) -> dict[str, Any]:
-    """A task's definition (secrets redacted) and where it stands."""
+def task_snapshot(
+    task: TaskState, last: Execution | None, claimed: datetime | None = None
+) -> dict[str, Any]:
+    """A task's definition (secrets redacted) and where it stands. ``claimed``: its earliest
+    fire time claimed ahead, which comes before the task row's next one."""
     spec = task.spec
+    upcoming = [when for when in (claimed, task.next_fire_at) if when is not None]
     return {
         "name": task.name,
         "schedule": spec.schedule,
@@ -67,7 +72,7 @@ def task_snapshot(task: TaskState, last: Execution | None) -> dict[str, Any]:
         "paused": task.paused,
         "paused_reason": task.paused_reason,
         "retired": task.retired,
-        "next_fire_at": iso(task.next_fire_at),
+        "next_fire_at": iso(min(upcoming)) if upcoming else None,
         "consecutive_failures": task.consecutive_failures,
         "concurrency": spec.concurrency,
         "mode": spec.mode,

@@ -162,10 +162,11 @@ def test_client_commands_say_clearly_when_no_daemon_answers() -> None:
     assert "cannot reach ecron at http://127.0.0.1:" in result.output
 
 
-def test_the_demo_shows_an_execution_go_from_pending_through_running_to_success(
+def test_the_demo_shows_an_execution_go_from_claimed_through_running_to_success(
     tmp_path: Path,
 ) -> None:
-    """`ecron demo` runs the example service and the daemon and prints the moves of an execution."""
+    """`ecron demo` runs the example service and the daemon and prints the moves of an
+    execution: claimed ahead of its fire time (SCHEDULED), RUNNING with progress, SUCCESS."""
     env = {**os.environ, "COLUMNS": "200"}
     result = subprocess.run(
         ecron(
@@ -191,14 +192,16 @@ def test_the_demo_shows_an_execution_go_from_pending_through_running_to_success(
     assert result.returncode == 0, result.stderr
     moves: dict[str, list[tuple[str, float]]] = {}
     for line in result.stdout.splitlines():
-        found = re.search(r"\s([0-9a-f-]{36})\s.*?([\d.]+)%\s+(PENDING|RUNNING|SUCCESS)", line)
+        found = re.search(
+            r"\s([0-9a-f-]{36})\s.*?([\d.]+)%\s+(SCHEDULED|PENDING|RUNNING|SUCCESS)", line
+        )
         if found:
             moves.setdefault(found.group(1), []).append((found.group(3), float(found.group(2))))
 
     def went_all_the_way(seen: list[tuple[str, float]]) -> bool:
         statuses = [status for status, _ in seen]
         midway = [p for status, p in seen if status == "RUNNING" and 0 < p < 100]
-        return statuses[0] == "PENDING" and statuses[-1] == "SUCCESS" and bool(midway)
+        return statuses[0] == "SCHEDULED" and statuses[-1] == "SUCCESS" and bool(midway)
 
     assert any(went_all_the_way(seen) for seen in moves.values()), result.stdout
     assert "demo stopped" in result.stdout

@@ -485,7 +485,7 @@ async def test_fire_times_claimed_ahead_by_a_stopped_node_are_not_run_after_the_
         await wait_ready(running[0])
         await asyncio.sleep(3)
         first_code = await stop_node(running[0])
-        handed_back = [r for r in await execution_rows(database) if r.status == "PENDING"]
+        handed_back = [r for r in await execution_rows(database) if r.status == "SCHEDULED"]
         await asyncio.sleep(5)
         running.append(start_node("after", directory, database, tmp_path))
         await wait_ready(running[1])

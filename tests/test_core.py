@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from ecron.core import (
     ACTIVE,
     FINAL,
+    HELD,
     CancelSent,
     Channel,
     Event,
@@ -43,7 +44,11 @@ SECOND = timedelta(seconds=1)
 def execution(**changes: Any) -> Execution:
     """A fresh PENDING execution created at T0, with ``changes`` applied."""
     base = Execution(
-        eid="01J0000000000000000000000", task="nightly", scheduled_at=T0, created_at=T0
+        eid="01J0000000000000000000000",
+        task="nightly",
+        scheduled_at=T0,
+        created_at=T0,
+        status=Status.PENDING,
     )
     return base.evolve(**changes)
 
@@ -710,22 +715,62 @@ def test_a_stopped_execution_ignores_a_later_success() -> None:
     assert not result.changed
 
 
+def claimed(**changes: Any) -> Execution:
+    """A fire time claimed ahead (SCHEDULED): not started, not active."""
+    return execution(status=Status.SCHEDULED, **changes)
+
+
 @pytest.mark.parametrize("reason", SKIPPED_REASONS)
 def test_a_claimed_fire_time_not_yet_triggered_can_be_skipped(reason: Reason) -> None:
-    """Before its trigger leaves, a PENDING execution may end SKIPPED with why."""
+    """Before its trigger leaves, a SCHEDULED execution may end SKIPPED with why."""
     now = T0 + SECOND
-    result = apply(execution(), Skipped(reason, "an earlier run is still going"), now)
+    result = apply(claimed(), Skipped(reason, "an earlier run is still going"), now)
     assert result.finished
     assert result.after.status is Status.SKIPPED
     assert result.after.reason is reason
     assert result.after.finished_at == now
 
 
+def test_the_trigger_leaving_starts_a_claimed_fire_time() -> None:
+    """TriggerSent moves SCHEDULED to PENDING (active from now on) and fixes the deadline."""
+    now = T0 + SECOND
+    result = apply(claimed(), TriggerSent(timedelta(hours=2)), now)
+    assert result.after.status is Status.PENDING and result.after.is_active
+    assert result.after.triggered_at == now
+    assert result.after.deadline == now + timedelta(hours=2)
+    assert not claimed().is_active
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        report("running", progress=10),
+        report("success"),
+        TriggerFailed(Reason.REJECTED, "refused"),
+        ProbeFailed("unreachable", 1, "refused"),
+        CancelSent(),
+        Stopped(Status.TIMED_OUT, None, "deadline"),
+    ],
+)
+def test_a_claimed_fire_time_ignores_what_can_only_follow_a_trigger(event: Event) -> None:
+    """Nobody was told of a SCHEDULED execution yet: reports, probes and a deadline change
+    nothing (a callback cannot overtake a trigger that never left)."""
+    result = apply(claimed(), event, T0 + SECOND)
+    assert not result.changed
+    assert result.ignored == "it has not started yet"
+
+
+def test_a_person_can_cancel_a_claimed_fire_time_without_a_cancel_call() -> None:
+    """Stopped(CANCELLED) ends a SCHEDULED execution at once: it never started."""
+    result = apply(claimed(), Stopped(Status.CANCELLED, None, "cancelled"), T0 + SECOND)
+    assert result.after.status is Status.CANCELLED and result.finished
+
+
 @pytest.mark.parametrize(
     "before", [execution(triggered_at=T0, deadline=T0 + timedelta(hours=1)), running()]
 )
 def test_an_execution_whose_trigger_left_is_never_skipped(before: Execution) -> None:
-    """Once the trigger left (PENDING with triggered_at, or RUNNING), Skipped changes nothing."""
+    """Once the trigger left (PENDING or RUNNING), Skipped changes nothing."""
     result = apply(before, Skipped(Reason.OVERLAP, "too late"), T0 + SECOND)
     assert not result.changed
     assert result.after == before
@@ -734,19 +779,24 @@ def test_an_execution_whose_trigger_left_is_never_skipped(before: Execution) -> 
 # --- statuses -------------------------------------------------------------------------------
 
 
-def test_final_and_active_statuses_split_the_statuses() -> None:
-    """Every status is either active (PENDING, RUNNING) or final, never both."""
-    assert set(FINAL) | set(ACTIVE) == set(Status)
+def test_every_status_is_claimed_ahead_active_or_final() -> None:
+    """Every status is SCHEDULED (claimed ahead), active (PENDING, RUNNING) or final, and
+    only one of them; a node holds leases on the first two kinds."""
+    assert set(FINAL) | set(ACTIVE) | {Status.SCHEDULED} == set(Status)
     assert not set(FINAL) & set(ACTIVE)
     assert {Status.PENDING, Status.RUNNING} == ACTIVE
+    assert {Status.SCHEDULED, *ACTIVE} == HELD
 
 
-def test_no_move_leaves_a_final_status_or_goes_back_to_pending() -> None:
-    """Final statuses never move; nothing moves back to PENDING; RUNNING is never SKIPPED."""
+def test_no_move_leaves_a_final_status_or_goes_back() -> None:
+    """Final statuses never move; nothing moves back to SCHEDULED or PENDING; only a
+    SCHEDULED execution is ever SKIPPED."""
     for status in FINAL:
         assert TRANSITIONS[status] == frozenset()
         assert all(not can_move(status, other) for other in Status if other != status)
-    assert all(Status.PENDING not in moves for moves in TRANSITIONS.values())
+    assert all(Status.SCHEDULED not in moves for moves in TRANSITIONS.values())
+    assert [s for s, moves in TRANSITIONS.items() if Status.PENDING in moves] == [Status.SCHEDULED]
+    assert [s for s, moves in TRANSITIONS.items() if Status.SKIPPED in moves] == [Status.SCHEDULED]
     assert not can_move(Status.RUNNING, Status.PENDING)
     assert not can_move(Status.RUNNING, Status.SKIPPED)
     assert all(can_move(status, status) for status in Status)

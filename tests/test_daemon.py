@@ -239,17 +239,19 @@ async def test_polls_that_say_nothing_new_write_nothing(
         _, snapshot = await api(daemon, "POST", "/api/v1/tasks/steady/run")
         await final(daemon, snapshot["id"])
         writes = daemon.writer.writes
-    # trigger sent, RUNNING 0, RUNNING 50, SUCCESS: four writes for thirty polls
+    # The run is inserted with its trigger leaving; then RUNNING 0 and RUNNING 50 (one
+    # write when they fall in one flush) and SUCCESS: at most three writes for 30 polls.
     assert polls == 30
-    assert writes == 4
+    assert 2 <= writes <= 3
 
 
 async def test_thousands_of_waiting_polls_share_one_heap_and_a_bounded_worker_pool(
     make_daemon: DaemonFactory, user_service: UserService
 ) -> None:
-    """300 executions in flight at once do not each get a coroutine: ecron's own asyncio
-    tasks stay the dispatcher, the worker pool and the state writer."""
-    user_service.duration = 4.0
+    """300 executions in flight at once do not each get a coroutine, neither to be triggered
+    nor to be polled: ecron's own asyncio tasks stay the dispatcher, the starter, the worker
+    pool and the writers."""
+    user_service.duration = 8.0
     spec = task("many", f"{user_service.url}/jobs/x", concurrency="allow", poll_interval="300ms")
     async with make_daemon([spec], poll_workers=8) as daemon:
         for _ in range(300):
@@ -269,8 +271,9 @@ async def test_thousands_of_waiting_polls_share_one_heap_and_a_bounded_worker_po
         page = await daemon.store.list_executions(task="many", status=Status.SUCCESS, limit=500)
     assert len(page.items) == 300
     assert in_flight >= 250
-    # the five daemon loops, the dispatcher, 8 workers, at most one state-writer flush
-    assert while_polling <= 5 + 1 + 8 + 1, names
+    # the five daemon loops, the dispatcher and the starter, 8 workers, at most one flush of
+    # the state writer and one of the successes
+    assert while_polling <= 5 + 2 + 8 + 2, names
 
 
 async def test_a_restarted_daemon_adopts_the_running_execution_without_triggering_it_again(

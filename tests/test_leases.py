@@ -52,6 +52,7 @@ def triggered_by_a_dead_node(eid: str) -> Execution:
         task="job",
         scheduled_at=now,
         created_at=now,
+        status=Status.PENDING,
         triggered_at=now,
         deadline=now + timedelta(hours=1),
         owner="dead-node",

@@ -21,7 +21,7 @@ from ecron.planning import (
     plan_retry,
     retry_delay,
 )
-from ecron.store.base import TaskState
+from ecron.store.base import FirePlan
 from tests.conftest import task
 from tests.protocol_support import reply
 from tests.support.rig import rig
@@ -37,13 +37,13 @@ def database_url(tmp_path: Path) -> str:
     return f"sqlite+aiosqlite:///{tmp_path / 'ecron.db'}"
 
 
-def state(spec: TaskSpec, next_fire_at: datetime) -> TaskState:
-    return TaskState(spec.name, spec, next_fire_at, None, False, None, 0, False, 1)
+def plan_of(spec: TaskSpec, next_fire_at: datetime, claim: Claim) -> FirePlan:
+    return plan_fires(spec.name, spec, next_fire_at, claim)
 
 
 def claim_at(now: datetime, horizon: datetime | None = None) -> Claim:
     ids = count()
-    return Claim("n1", now, horizon or now, now + timedelta(seconds=15), lambda: f"e{next(ids):05}")
+    return Claim("n1", now, horizon or now, new_id=lambda: f"e{next(ids):05}")
 
 
 def times(executions: list[Execution], status: Status) -> list[datetime]:
@@ -58,8 +58,8 @@ def test_run_once_runs_the_latest_missed_fire_time_and_records_the_ones_before_i
     misfire records for the 20 hours before it, and the schedule goes on from the next hour."""
     spec = task("a", "http://h/x", schedule="0 * * * *")
     now = T0 + timedelta(days=3, minutes=30)
-    plan = plan_fires(state(spec, T0), claim_at(now))
-    assert times(list(plan.executions), Status.PENDING) == [T0 + timedelta(days=3)]
+    plan = plan_of(spec, T0, claim_at(now))
+    assert times(list(plan.executions), Status.SCHEDULED) == [T0 + timedelta(days=3)]
     skipped = times(list(plan.executions), Status.SKIPPED)
     assert len(skipped) == MISFIRE_RECORDS
     assert skipped[-1] == T0 + timedelta(days=3) - HOUR
@@ -73,13 +73,13 @@ def test_skip_runs_no_missed_fire_time_but_still_runs_the_ones_on_time() -> None
         "a", "http://h/x", schedule={"every": "10m"}, misfire={"policy": "skip", "grace": "5m"}
     )
     now = T0 + timedelta(minutes=33)
-    plan = plan_fires(state(spec, T0), claim_at(now))
+    plan = plan_of(spec, T0, claim_at(now))
     assert times(list(plan.executions), Status.SKIPPED) == [
         T0,
         T0 + timedelta(minutes=10),
         T0 + timedelta(minutes=20),
     ]
-    assert times(list(plan.executions), Status.PENDING) == [T0 + timedelta(minutes=30)]
+    assert times(list(plan.executions), Status.SCHEDULED) == [T0 + timedelta(minutes=30)]
     assert plan.next_fire_at == T0 + timedelta(minutes=40)
 
 
@@ -87,8 +87,8 @@ def test_run_all_runs_every_missed_fire_time_in_steps() -> None:
     """policy run_all: 250 missed minutes run oldest first, 100 per claim."""
     spec = task("a", "http://h/x", schedule={"every": "1m"}, misfire={"policy": "run_all"})
     now = T0 + timedelta(minutes=250)
-    plan = plan_fires(state(spec, T0), claim_at(now))
-    run = times(list(plan.executions), Status.PENDING)
+    plan = plan_of(spec, T0, claim_at(now))
+    run = times(list(plan.executions), Status.SCHEDULED)
     assert len(run) == MAX_FIRES_PER_CLAIM and run[0] == T0
     assert plan.next_fire_at == T0 + timedelta(minutes=MAX_FIRES_PER_CLAIM)
 
@@ -98,8 +98,8 @@ def test_a_fire_time_late_by_less_than_the_grace_is_not_a_misfire() -> None:
     spec = task(
         "a", "http://h/x", schedule={"every": "1h"}, misfire={"policy": "skip", "grace": "5m"}
     )
-    plan = plan_fires(state(spec, T0), claim_at(T0 + timedelta(minutes=4)))
-    assert times(list(plan.executions), Status.PENDING) == [T0]
+    plan = plan_of(spec, T0, claim_at(T0 + timedelta(minutes=4)))
+    assert times(list(plan.executions), Status.SCHEDULED) == [T0]
 
 
 def test_a_month_long_outage_of_a_per_second_task_plans_a_bounded_number_of_rows() -> None:
@@ -107,8 +107,8 @@ def test_a_month_long_outage_of_a_per_second_task_plans_a_bounded_number_of_rows
     of the 300 fire times still within the 5-minute grace the first 100 run in this claim."""
     spec = task("a", "http://h/x", schedule={"every": "1s"})
     now = T0 + timedelta(days=30)
-    plan = plan_fires(state(spec, T0), claim_at(now))
-    run = times(list(plan.executions), Status.PENDING)
+    plan = plan_of(spec, T0, claim_at(now))
+    run = times(list(plan.executions), Status.SCHEDULED)
     assert len(times(list(plan.executions), Status.SKIPPED)) == MISFIRE_RECORDS
     assert run[0] == now - timedelta(minutes=5, seconds=1)  # the latest misfired second
     assert run[1] == now - timedelta(minutes=5)  # the first one within the grace
@@ -119,8 +119,8 @@ def test_a_month_long_outage_of_a_per_second_task_plans_a_bounded_number_of_rows
 def test_claims_look_ahead_by_the_prefetch_window() -> None:
     """With a 2 s horizon, the fire times of the next two seconds are claimed too."""
     spec = task("a", "http://h/x", schedule={"every": "1s"})
-    plan = plan_fires(state(spec, T0), claim_at(T0, horizon=T0 + timedelta(seconds=2)))
-    assert times(list(plan.executions), Status.PENDING) == [
+    plan = plan_of(spec, T0, claim_at(T0, horizon=T0 + timedelta(seconds=2)))
+    assert times(list(plan.executions), Status.SCHEDULED) == [
         T0,
         T0 + timedelta(seconds=1),
         T0 + timedelta(seconds=2),
@@ -131,11 +131,11 @@ def test_claims_look_ahead_by_the_prefetch_window() -> None:
 def test_an_after_task_waits_for_its_execution_to_end_before_it_has_a_next_fire_time() -> None:
     """Fixed delay: running one leaves next_fire_at empty; skipping one restarts from now."""
     spec = task("a", "http://h/x", schedule={"after": "10m"})
-    plan = plan_fires(state(spec, T0), claim_at(T0))
-    assert times(list(plan.executions), Status.PENDING) == [T0] and plan.next_fire_at is None
+    plan = plan_of(spec, T0, claim_at(T0))
+    assert times(list(plan.executions), Status.SCHEDULED) == [T0] and plan.next_fire_at is None
     skip = task("b", "http://h/x", schedule={"after": "10m"}, misfire={"policy": "skip"})
     late = T0 + HOUR
-    plan = plan_fires(state(skip, T0), claim_at(late))
+    plan = plan_of(skip, T0, claim_at(late))
     assert times(list(plan.executions), Status.SKIPPED) == [T0]
     assert plan.next_fire_at == late + timedelta(minutes=10)
 
@@ -231,12 +231,14 @@ async def test_forbid_records_a_fire_time_skipped_overlap_while_the_previous_one
     assert user_service.calls_for(second.eid) == []
 
 
-async def test_a_pending_execution_counts_as_active(
+async def test_a_retry_waiting_out_its_backoff_is_claimed_not_active(
     database_url: str, user_service: UserService
 ) -> None:
-    """A retry waiting out its backoff is PENDING, and active: a manual run of the forbid
-    task meanwhile answers with that retry and starts nothing."""
+    """A retry waiting out its backoff is SCHEDULED: not active. A manual run of the forbid
+    task meanwhile starts; at its time the retry finds that run still going and is SKIPPED
+    overlap."""
     user_service.script["POST"] = [reply(200, {"status": "FAILED"})]
+    user_service.duration = 3600
     spec = task(
         "a",
         f"{user_service.url}/jobs/x",
@@ -247,10 +249,16 @@ async def test_a_pending_execution_counts_as_active(
         await r.tick(T0)
         await wait_for(lambda: r.count_is("a", 2))
         r.clock.set(T0 + timedelta(minutes=5))
-        answered, created = await r.scheduler.run_now("a")
-        found = await r.executions("a")
-    assert [(e.attempt, e.status) for e in found] == [(1, Status.FAILED), (2, Status.PENDING)]
-    assert (answered.eid, created) == (found[1].eid, False)
+        manual, created = await r.scheduler.run_now("a")
+        await wait_for(lambda: r.status_is(manual.eid, Status.RUNNING))
+        waiting = [e for e in await r.executions("a") if e.attempt == 2]
+        await r.start_due(T0 + timedelta(minutes=10))
+        found = {e.eid: e for e in await r.executions("a")}
+    assert created and manual.trigger_kind is TriggerKind.MANUAL
+    assert [e.status for e in waiting] == [Status.SCHEDULED]
+    retry = found[waiting[0].eid]
+    assert (retry.status, retry.reason) == (Status.SKIPPED, Reason.OVERLAP)
+    assert manual.eid in (retry.message or "")
 
 
 async def test_allow_starts_a_second_execution_while_the_first_runs(
@@ -280,8 +288,10 @@ async def test_replace_cancels_the_running_execution_through_the_protocol_then_s
         await wait_for(lambda: user_service.calls_for(old.eid, "POST"))
         await wait_for(lambda: r.status_is(old.eid, Status.RUNNING))
         await r.tick(T0 + timedelta(minutes=1))
-        old_now, new = await r.executions("a")
+        _, new = await r.executions("a")
         await wait_for(lambda: user_service.calls_for(new.eid, "POST"))
+        old_now = await r.store.get_execution(old.eid)
+    assert old_now is not None
     assert old_now.status is Status.CANCELLED and "replaced by" in (old_now.message or "")
     delete = user_service.calls_for(old.eid, "DELETE")
     post = user_service.calls_for(new.eid, "POST")
@@ -308,7 +318,7 @@ async def test_a_failed_execution_is_retried_after_its_backoff_and_not_before(
         await wait_for(lambda: r.count_is("a", 2))
         await r.tick(T0 + timedelta(seconds=29))
         _, retry = await r.executions("a")
-        assert retry.status is Status.PENDING and user_service.calls_for(retry.eid) == []
+        assert retry.status is Status.SCHEDULED and user_service.calls_for(retry.eid) == []
         await r.tick(T0 + timedelta(seconds=30))
         found = await r.settled("a", 2)
     assert [(e.attempt, e.trigger_kind, e.status) for e in found] == [
@@ -382,7 +392,7 @@ async def test_a_claimed_fire_time_of_a_task_paused_before_it_starts_is_skipped_
     async with rig(database_url, [spec], T0) as r:
         await r.scheduler.claim_fires(T0)
         await r.scheduler.set_paused("a", True, "maintenance window")
-        await r.scheduler.start_due(T0)
+        await r.start_due(T0)
         [execution] = await r.executions("a")
     assert (execution.status, execution.reason) == (Status.SKIPPED, Reason.PAUSED)
     assert execution.message == "maintenance window"
@@ -405,7 +415,7 @@ async def test_a_claimed_fire_time_that_starts_later_than_the_grace_follows_the_
     async with rig(database_url, [spec], T0) as r:
         await r.scheduler.claim_fires(T0)
         r.clock.set(T0 + timedelta(minutes=2))
-        await r.scheduler.start_due(r.clock.now())
+        await r.start_due(r.clock.now())
         [execution] = await r.executions("a")
         if started:
             await wait_for(lambda: user_service.calls_for(execution.eid, "POST"))

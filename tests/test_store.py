@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -11,7 +11,7 @@ import pytest
 from ecron.core import Execution, Status, Step, TriggerKind
 from ecron.ids import new_eid
 from ecron.planning import Claim, plan_fires
-from ecron.store.base import FirePlan, TaskState
+from ecron.store.base import DueTask, FirePlan, Gate, Holder, Planner
 from ecron.store.migrate import current_revision, head_revision, upgrade
 from ecron.store.sql import SqlStore
 from tests.conftest import task
@@ -29,13 +29,31 @@ def execution(name: str = "a", at: datetime = T0, **changes: object) -> Executio
         "owner": "n1",
         "lease_until": at + timedelta(seconds=15),
         "fence": 1,
+        "status": Status.PENDING,
     }
     values.update(changes)
     return Execution(**values)  # type: ignore[arg-type]
 
 
 def claim_at(now: datetime, node: str = "n1") -> Claim:
-    return Claim(node=node, now=now, horizon=now, lease_until=now + timedelta(seconds=15))
+    return Claim(node=node, now=now, horizon=now)
+
+
+def planner(claim: Claim, specs: dict[str, object] | None = None) -> Planner:
+    """Plan each due task from the spec it was synced from (as a node with that config)."""
+
+    def plan(due: DueTask) -> FirePlan:
+        spec = task(due.name, URL, schedule={"every": "1s"})
+        if specs is not None:
+            spec = specs[due.name]  # type: ignore[assignment]
+        return plan_fires(due.name, spec, due.next_fire_at, claim)
+
+    return plan
+
+
+def later(execution: Execution, **changes: object) -> Execution:
+    """``execution`` with ``changes``, one version further (what a write stores)."""
+    return execution.evolve(version=execution.version + 1, **changes)
 
 
 async def test_migrations_reach_the_head_revision_and_running_them_again_changes_nothing(
@@ -103,14 +121,41 @@ async def test_header_values_and_secrets_are_not_stored_in_the_task_row(store: S
 async def test_a_due_fire_time_is_claimed_once_and_the_task_moves_to_its_next_fire_time(
     store: SqlStore,
 ) -> None:
-    """Claiming inserts a PENDING execution and advances next_fire_at in the same transaction."""
-    await store.sync_tasks({"a": task("a", URL, schedule={"every": "10s"})}, T0)
-    claimed = await store.claim_due_fires(T0, 10, lambda t, _: plan_fires(t, claim_at(T0)))
-    assert [(e.task, e.scheduled_at, e.status) for e in claimed] == [("a", T0, Status.PENDING)]
-    assert await store.claim_due_fires(T0, 10, lambda t, _: plan_fires(t, claim_at(T0))) == []
+    """Claiming inserts a SCHEDULED execution, held until its start plus the claim's grace,
+    and advances next_fire_at in the same transaction."""
+    specs = {"a": task("a", URL, schedule={"every": "10s"})}
+    await store.sync_tasks(specs, T0)
+    claimed = await store.claim_due_fires(T0, 10, planner(claim_at(T0), specs))
+    assert [(e.task, e.scheduled_at, e.status) for e in claimed.executions] == [
+        ("a", T0, Status.SCHEDULED)
+    ]
+    assert (claimed.read, claimed.advanced) == (1, 1)
+    again = await store.claim_due_fires(T0, 10, planner(claim_at(T0), specs))
+    assert again.executions == [] and again.read == 0
     stored = await store.get_task("a")
     assert stored is not None and stored.next_fire_at == T0 + timedelta(seconds=10)
     assert await store.next_fire_time() == T0 + timedelta(seconds=10)
+    [row] = (await store.list_executions(status=Status.SCHEDULED)).items
+    assert row.lease_until == T0 + timedelta(seconds=1) and row.owner == "n1"
+
+
+async def test_a_claim_leaves_alone_the_tasks_its_planner_does_not_know(store: SqlStore) -> None:
+    """A planner answering None (another config's task) neither advances nor inserts."""
+    await store.sync_tasks({"a": task("a", URL, schedule={"every": "10s"})}, T0)
+    claimed = await store.claim_due_fires(T0, 10, lambda _due: None)
+    assert (claimed.executions, claimed.read, claimed.advanced) == ([], 1, 0)
+    stored = await store.get_task("a")
+    assert stored is not None and stored.next_fire_at == T0
+
+
+async def test_one_claim_takes_many_tasks_in_one_transaction(store: SqlStore) -> None:
+    """300 due tasks, a limit of 250: 250 are claimed by the first claim, the rest by the next."""
+    specs = {f"t{i:03}": task(f"t{i:03}", URL, schedule={"every": "1s"}) for i in range(300)}
+    await store.sync_tasks(specs, T0)
+    first = await store.claim_due_fires(T0, 250, planner(claim_at(T0), specs))
+    second = await store.claim_due_fires(T0, 250, planner(claim_at(T0), specs))
+    assert (len(first.executions), len(second.executions)) == (250, 50)
+    assert {e.task for e in first.executions + second.executions} == set(specs)
 
 
 async def test_two_stores_claiming_the_same_fire_times_at_once_never_both_get_one(
@@ -126,9 +171,7 @@ async def test_two_stores_claiming_the_same_fire_times_at_once_never_both_get_on
             got: list[Execution] = []
             for step in range(5):
                 claim = claim_at(T0 + timedelta(seconds=step), name)
-                got += await s.claim_due_fires(
-                    claim.now, 7, lambda t, _, claim=claim: plan_fires(t, claim)
-                )
+                got += (await s.claim_due_fires(claim.now, 7, planner(claim, specs))).executions
             return got
 
         first, second = await asyncio.gather(node(store, "n1"), node(other, "n2"))
@@ -136,7 +179,7 @@ async def test_two_stores_claiming_the_same_fire_times_at_once_never_both_get_on
         await other.close()
     keys = [(e.task, e.scheduled_at) for e in first + second]
     assert len(keys) == len(set(keys))
-    page = await store.list_executions(limit=500)
+    page = await store.list_executions(status=Status.SCHEDULED, limit=500)
     assert len(page.items) == len(keys)
 
 
@@ -155,56 +198,137 @@ async def test_a_plan_whose_fire_time_already_has_an_execution_inserts_nothing_m
     await store.sync_tasks({"a": task("a", URL, schedule={"every": "10s"})}, T0)
     assert await store.create_execution(execution("a", T0)) is not None
 
-    def plan(t: TaskState, _active: Sequence[Execution]) -> FirePlan:
+    def plan(_due: DueTask) -> FirePlan:
         return FirePlan(T0 + timedelta(seconds=10), [execution("a", T0)])
 
-    assert await store.claim_due_fires(T0, 10, plan) == []
+    claimed = await store.claim_due_fires(T0, 10, plan)
+    assert claimed.executions == [] and claimed.advanced == 1
 
 
 async def test_a_write_succeeds_once_and_a_write_built_on_stale_state_is_refused(
     store: SqlStore,
 ) -> None:
-    """save() is a compare-and-set on fence and version."""
+    """save() is a compare-and-set on fence and version; the row takes the new version."""
     created = await store.create_execution(execution())
     assert created is not None
-    running = created.evolve(status=Status.RUNNING, progress=40.0, message="going")
+    running = later(created, status=Status.RUNNING, progress=40.0, message="going")
     [stored] = await store.save([(created, running)])
     assert stored is not None and stored.version == created.version + 1
-    assert await store.save([(created, running.evolve(progress=50.0))]) == [None]
+    assert await store.save([(created, later(created, progress=50.0))]) == [None]
     fenced = stored.evolve(fence=stored.fence + 5)
-    assert await store.save([(fenced, fenced.evolve(progress=60.0))]) == [None]
+    assert await store.save([(fenced, later(fenced, progress=60.0))]) == [None]
     reread = await store.get_execution(created.eid)
     assert reread is not None
     assert (reread.status, reread.progress, reread.message) == (Status.RUNNING, 40.0, "going")
+    assert reread.version == created.version + 1
+
+
+async def test_one_save_writes_many_rows_and_refuses_exactly_the_stale_ones(
+    store: SqlStore,
+) -> None:
+    """200 writes in one statement, every third built on stale state: those and only those
+    are refused, each row keeps what its own write said, results come back in order."""
+    rows = [
+        await store.create_execution(execution("a", T0 + timedelta(seconds=i))) for i in range(200)
+    ]
+    assert all(rows)
+    fresh = [row for row in rows if row is not None]
+    writes = []
+    for i, row in enumerate(fresh):
+        before = row.evolve(version=row.version + 7) if i % 3 == 0 else row
+        writes.append((before, later(before, progress=float(i % 100), message=f"m{i}")))
+    stored = await store.save(writes)
+    assert [s is None for s in stored] == [i % 3 == 0 for i in range(200)]
+    for i, row in enumerate(fresh):
+        reread = await store.get_execution(row.eid)
+        assert reread is not None
+        expected = (0.0, None) if i % 3 == 0 else (float(i % 100), f"m{i}")
+        assert (reread.progress, reread.message) == expected
+
+
+async def test_a_state_write_keeps_the_lease_unless_it_moves_it(store: SqlStore) -> None:
+    """Renewals do not raise the version: a write that leaves the lease as it found it does
+    not undo a renewal; a start (SCHEDULED to a full lease) writes its own."""
+    created = await store.create_execution(execution(lease_until=T0 + timedelta(seconds=15)))
+    assert created is not None
+    renewed_until = T0 + timedelta(minutes=5)
+    assert await store.renew_leases("n1", [created.eid], renewed_until) == {created.eid}
+    [stored] = await store.save([(created, later(created, progress=10.0))])
+    assert stored is not None
+    reread = await store.get_execution(created.eid)
+    assert reread is not None and reread.lease_until == renewed_until
+    moved = T0 + timedelta(hours=1)
+    [stored] = await store.save([(stored, later(stored, lease_until=moved))])
+    reread = await store.get_execution(created.eid)
+    assert reread is not None and reread.lease_until == moved
+
+
+async def test_results_and_nulls_survive_a_bulk_write(store: SqlStore) -> None:
+    """Any JSON result (nested, unicode, a bare string), booleans and cleared times come
+    back as they were written."""
+    created = await store.create_execution(execution(next_poll_at=T0))
+    assert created is not None
+    result = {"rows": [1, 2.5, None, True], "name": "Zoë ✓", "nested": {"a": []}}
+    done = later(
+        created,
+        status=Status.SUCCESS,
+        result=result,
+        result_truncated=True,
+        cancel_acknowledged=False,
+        finished_at=T0 + timedelta(seconds=3),
+        next_poll_at=None,
+    )
+    assert (await store.save([(created, done)]))[0] is not None
+    reread = await store.get_execution(created.eid)
+    assert reread is not None
+    assert reread.result == result and reread.result_truncated is True
+    assert reread.cancel_acknowledged is False and reread.next_poll_at is None
+    other = await store.create_execution(execution("b"))
+    assert other is not None
+    assert (await store.save([(other, later(other, result="just text"))]))[0] is not None
+    text = await store.get_execution(other.eid)
+    assert text is not None and text.result == "just text"
 
 
 async def test_steps_are_stored_with_their_execution_and_updated_by_save(store: SqlStore) -> None:
-    """Step rows come back in order, and a saved step change is persisted."""
-    eid = new_eid()
-    steps = (Step(1, "fetch", f"{eid}.1"), Step(2, "load", f"{eid}.2"))
-    created = await store.create_execution(execution(eid=eid, steps=steps))
-    assert created is not None
-    done = steps[0].__class__(1, "fetch", f"{eid}.1", status=Status.SUCCESS, progress=100.0)
-    [stored] = await store.save([(created, created.evolve(steps=(done, steps[1])))])
-    assert stored is not None
-    reread = await store.get_execution(eid)
-    assert reread is not None
-    assert [(s.number, s.name, s.status) for s in reread.steps] == [
-        (1, "fetch", Status.SUCCESS),
-        (2, "load", Status.PENDING),
-    ]
+    """Step rows come back in order, and a saved step change is persisted (also for several
+    executions in one save)."""
+    made = []
+    for n in range(3):
+        eid = new_eid()
+        steps = (Step(1, "fetch", f"{eid}.1"), Step(2, "load", f"{eid}.2"))
+        at = T0 + timedelta(seconds=n)
+        created = await store.create_execution(execution(at=at, eid=eid, steps=steps))
+        assert created is not None
+        made.append(created)
+    writes = []
+    for created in made:
+        first, second = created.steps
+        done = replace(first, status=Status.SUCCESS, progress=100.0, finished_at=T0)
+        writes.append((created, later(created, steps=(done, second))))
+    assert all(await store.save(writes))
+    for created in made:
+        reread = await store.get_execution(created.eid)
+        assert reread is not None
+        assert [(s.number, s.name, s.status, s.finished_at) for s in reread.steps] == [
+            (1, "fetch", Status.SUCCESS, T0),
+            (2, "load", Status.PENDING, None),
+        ]
 
 
 async def test_history_is_newest_first_filtered_and_paginated_with_a_cursor(
     store: SqlStore,
 ) -> None:
-    """list_executions pages through everything once, newest first."""
+    """list_executions pages through everything once, newest first; fire times claimed
+    ahead are listed only when asked for."""
     made = []
     for i in range(7):
         status = Status.SUCCESS if i % 2 else Status.FAILED
         e = execution("a" if i < 5 else "b", T0 + timedelta(seconds=i), status=status)
         assert await store.create_execution(e) is not None
         made.append(e)
+    ahead = execution("a", T0 + timedelta(minutes=1), status=Status.SCHEDULED)
+    assert await store.create_execution(ahead) is not None
     seen: list[str] = []
     cursor = None
     while True:
@@ -219,38 +343,107 @@ async def test_history_is_newest_first_filtered_and_paginated_with_a_cursor(
     assert only_a.next is None
     last = await store.last_executions(["a", "b", "c"])
     assert {name: e.eid for name, e in last.items()} == {"a": made[4].eid, "b": made[6].eid}
+    claimed = await store.list_executions(status=Status.SCHEDULED)
+    assert [e.eid for e in claimed.items] == [ahead.eid]
+    assert await store.claimed_fire_times(["a", "b"]) == {"a": T0 + timedelta(minutes=1)}
 
 
 async def test_an_expired_lease_is_taken_over_with_a_higher_fence_and_a_live_one_is_not(
     store: SqlStore,
 ) -> None:
-    """claim_runnable adopts only executions nobody holds."""
+    """claim_runnable adopts only executions nobody holds, claimed ahead or active."""
     expired = await store.create_execution(execution("a", T0, lease_until=T0))
     live = await store.create_execution(execution("b", T0, lease_until=T0 + timedelta(hours=1)))
     orphan = await store.create_execution(execution("c", T0, owner=None, lease_until=None))
     done = await store.create_execution(execution("d", T0, status=Status.SUCCESS, lease_until=T0))
-    assert expired and live and orphan and done
-    now = T0 + timedelta(seconds=1)
-    taken = await store.claim_runnable("n2", now, now + timedelta(seconds=15), 10)
-    assert sorted(e.eid for e in taken) == sorted([expired.eid, orphan.eid])
+    claim = await store.create_execution(
+        execution("e", T0, status=Status.SCHEDULED, lease_until=T0 + timedelta(seconds=1))
+    )
+    assert expired and live and orphan and done and claim
+    now = T0 + timedelta(seconds=2)
+
+    def lease(e: Execution) -> datetime:
+        return now + (
+            timedelta(seconds=1) if e.status is Status.SCHEDULED else timedelta(seconds=15)
+        )
+
+    taken = await store.claim_runnable("n2", now, lease, 10)
+    assert sorted(e.eid for e in taken) == sorted([expired.eid, orphan.eid, claim.eid])
     assert all(e.owner == "n2" and e.fence == 2 for e in taken)
-    assert await store.claim_runnable("n3", now, now + timedelta(seconds=15), 10) == []
-    [stale] = await store.save([(expired, expired.evolve(progress=5.0))])
+    assert {e.eid: e.lease_until for e in taken}[claim.eid] == now + timedelta(seconds=1)
+    reread = await store.get_execution(claim.eid)
+    assert reread is not None and reread.owner == "n2" and reread.fence == 2
+    assert reread.lease_until == now + timedelta(seconds=1)
+    assert await store.claim_runnable("n3", now, lease, 10) == []
+    [stale] = await store.save([(expired, later(expired, progress=5.0))])
     assert stale is None  # the old holder's write is refused
+
+
+async def test_a_node_skips_its_own_executions_when_taking_over(store: SqlStore) -> None:
+    """What a node still holds in memory (an overdue claim of its own) is not taken again."""
+    own = await store.create_execution(execution("a", T0, status=Status.SCHEDULED, lease_until=T0))
+    assert own is not None
+    now = T0 + timedelta(seconds=5)
+    taken = await store.claim_runnable("n1", now, lambda _e: now, 10, skip={own.eid})
+    assert taken == []
 
 
 async def test_leases_are_renewed_only_for_their_holder_and_released_for_adoption(
     store: SqlStore,
 ) -> None:
-    """renew_leases returns what the node still holds; release_leases frees them at once."""
+    """renew_leases returns what the node still holds (active ones only: a claim keeps its
+    short lease); release_leases frees them at once."""
     mine = await store.create_execution(execution("a", T0, owner="n1"))
     theirs = await store.create_execution(execution("b", T0, owner="n2"))
-    assert mine and theirs
-    later = T0 + timedelta(minutes=1)
-    assert await store.renew_leases("n1", [mine.eid, theirs.eid], later) == {mine.eid}
+    ahead = await store.create_execution(execution("c", T0, owner="n1", status=Status.SCHEDULED))
+    assert mine and theirs and ahead
+    soon = T0 + timedelta(minutes=1)
+    assert await store.renew_leases("n1", [mine.eid, theirs.eid, ahead.eid], soon) == {mine.eid}
     await store.release_leases("n1", [mine.eid])
-    taken = await store.claim_runnable("n3", T0, T0 + timedelta(seconds=15), 10)
+    taken = await store.claim_runnable("n3", T0, lambda _e: soon, 10)
     assert [e.eid for e in taken] == [mine.eid]
+
+
+async def test_starting_reads_each_tasks_gate_and_writes_every_decision(store: SqlStore) -> None:
+    """start_executions hands the decider each task's pause, retirement, active executions
+    and (when asked) fire times claimed for later, then writes what it decided."""
+    specs = {name: task(name, URL, schedule={"every": "1s"}) for name in ("a", "b")}
+    await store.sync_tasks(specs, T0)
+    await store.set_paused("b", True, "held for a release", None)
+    running = await store.create_execution(execution("a", T0 - timedelta(minutes=1)))
+    first = await store.create_execution(execution("a", T0, status=Status.SCHEDULED))
+    second = await store.create_execution(execution("b", T0, status=Status.SCHEDULED))
+    ahead = await store.create_execution(
+        execution("a", T0 + timedelta(seconds=5), status=Status.SCHEDULED)
+    )
+    assert running and first and second and ahead
+    seen: dict[str, Gate] = {}
+
+    def decide(gates: dict[str, Gate]) -> list[tuple[Execution, Execution]]:
+        seen.update(gates)
+        return [(first, later(first, status=Status.PENDING, triggered_at=T0))]
+
+    results = await store.start_executions(["a", "b", "gone"], decide, later_of=["a"])
+    assert seen["a"].active == (
+        Holder(running.eid, Status.PENDING, running.scheduled_at, TriggerKind.SCHEDULE),
+    )
+    assert seen["a"].later == (T0, T0 + timedelta(seconds=5)) and not seen["a"].paused
+    assert seen["b"].paused and seen["b"].paused_reason == "held for a release"
+    assert seen["b"].later == () and seen["gone"].retired
+    [(before, _after, stored)] = results
+    assert before is first and stored is not None and stored.status is Status.PENDING
+    reread = await store.get_execution(first.eid)
+    assert reread is not None and reread.status is Status.PENDING
+
+
+async def test_a_run_is_created_unless_its_task_has_an_active_one(store: SqlStore) -> None:
+    """create_unless_active inserts, or answers the oldest active execution instead."""
+    await store.sync_tasks({"a": task("a", URL)}, T0)
+    first = await store.create_unless_active(execution("a", T0))
+    assert isinstance(first, Execution)
+    second = await store.create_unless_active(execution("a", T0 + timedelta(seconds=1)))
+    assert isinstance(second, Holder) and second.eid == first.eid
+    assert await store.create_execution(execution("a", T0)) is None  # the key is taken
 
 
 async def test_task_outcomes_count_failures_in_a_row_and_a_success_resets_them(
@@ -267,6 +460,22 @@ async def test_task_outcomes_count_failures_in_a_row_and_a_success_resets_them(
     await store.task_finished("a", T0, True, None)
     reset = await store.get_task("a")
     assert reset is not None and reset.consecutive_failures == 0 and reset.last_end_at == T0
+
+
+async def test_successes_of_many_tasks_are_recorded_in_one_call(store: SqlStore) -> None:
+    """tasks_succeeded resets each task's count of failures and records when it ended."""
+    specs = {name: task(name, URL, schedule={"every": "1s"}) for name in ("a", "b", "c")}
+    await store.sync_tasks(specs, T0)
+    for name in ("a", "b"):
+        await store.task_finished(name, T0, False, None)
+    ends = {"a": T0 + timedelta(seconds=1), "b": T0 + timedelta(seconds=2)}
+    await store.tasks_succeeded(ends)
+    for name in ("a", "b"):
+        stored = await store.get_task(name)
+        assert stored is not None
+        assert (stored.consecutive_failures, stored.last_end_at) == (0, ends[name])
+    untouched = await store.get_task("c")
+    assert untouched is not None and untouched.last_end_at is None
 
 
 async def test_the_shared_secret_is_generated_once_and_then_always_the_same(

@@ -17,10 +17,23 @@ async def list_tasks(request: web.Request) -> web.Response:
     """Every task that is not retired, by name."""
     store = context(request).store
     tasks = await store.list_tasks()
-    last = await store.last_executions([task.name for task in tasks])
+    names = [task.name for task in tasks]
+    last = await store.last_executions(names)
+    claimed = await store.claimed_fire_times(names)
     return web.json_response(
-        {"items": [task_snapshot(task, last.get(task.name)) for task in tasks]}
+        {
+            "items": [
+                task_snapshot(task, last.get(task.name), claimed.get(task.name)) for task in tasks
+            ]
+        }
     )
+
+
+async def _snapshot(request: web.Request, task: TaskState) -> dict[str, object]:
+    store = context(request).store
+    last = await store.last_executions([task.name])
+    claimed = await store.claimed_fire_times([task.name])
+    return task_snapshot(task, last.get(task.name), claimed.get(task.name))
 
 
 async def _task(request: web.Request) -> TaskState:
@@ -35,8 +48,7 @@ async def _task(request: web.Request) -> TaskState:
 async def get_task(request: web.Request) -> web.Response:
     """One task and its last execution."""
     task = await _task(request)
-    last = await context(request).store.last_executions([task.name])
-    return web.json_response(task_snapshot(task, last.get(task.name)))
+    return web.json_response(await _snapshot(request, task))
 
 
 @routes.post("/api/v1/tasks/{name}/run")
@@ -67,8 +79,7 @@ async def pause_task(request: web.Request) -> web.Response:
         if given:
             reason = given[:1000]
     state = await context(request).scheduler.set_paused(task.name, True, reason)
-    last = await context(request).store.last_executions([task.name])
-    return web.json_response(task_snapshot(state, last.get(task.name)))
+    return web.json_response(await _snapshot(request, state))
 
 
 @routes.post("/api/v1/tasks/{name}/unpause")
@@ -77,5 +88,4 @@ async def unpause_task(request: web.Request) -> web.Response:
     and its count of failures in a row starts again from zero."""
     task = await _task(request)
     state = await context(request).scheduler.set_paused(task.name, False, None)
-    last = await context(request).store.last_executions([task.name])
-    return web.json_response(task_snapshot(state, last.get(task.name)))
+    return web.json_response(await _snapshot(request, state))

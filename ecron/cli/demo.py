@@ -21,7 +21,7 @@ from ecron.cli import cli
 from ecron.cli.watch import FINAL, status_text
 from ecron.clock import iso
 from ecron.config import Config, DaemonSettings, TaskSpec
-from ecron.core import Execution
+from ecron.core import Execution, Status
 from ecron.durations import parse_duration
 from ecron.logs import configure
 
@@ -157,8 +157,12 @@ async def _demo(
         printer = Printer(console)
         started = loop.time()
         while not stop.is_set():
+            # The next fire time, claimed ahead (SCHEDULED), then the executions themselves.
+            claimed = await daemon.store.list_executions(
+                task="demo", status=Status.SCHEDULED, limit=1
+            )
             page = await daemon.store.list_executions(task="demo", limit=5)
-            for execution in reversed(page.items):
+            for execution in sorted([*claimed.items, *page.items], key=lambda e: e.eid):
                 printer.show(execution)
             if limit is not None and loop.time() - started >= limit:
                 break

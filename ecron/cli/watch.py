@@ -13,6 +13,7 @@ from ecron.cli.client import ApiClient
 #: Statuses that never change again (the API's strings).
 FINAL = frozenset({"SUCCESS", "FAILED", "TIMED_OUT", "CANCELLED", "SKIPPED"})
 _COLOURS = {
+    "SCHEDULED": "blue",
     "PENDING": "yellow",
     "RUNNING": "cyan",
     "SUCCESS": "green",

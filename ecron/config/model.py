@@ -6,6 +6,8 @@ freely, rename none. Defaults are documented in ``docs/configuration.md``.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -256,6 +258,13 @@ class TaskSpec(_Strict):
         return self
 
     @cached_property
+    def digest(self) -> str:
+        """A digest of the whole spec (secrets included), to notice any change: the task
+        row keeps the digest of the config it was synced from."""
+        text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    @cached_property
     def fire_schedule(self) -> Schedule:
         """The parsed ``schedule``."""
         return parse_schedule(self.schedule, self.timezone)
@@ -312,8 +321,8 @@ class DaemonSettings(_Strict):
     patrol_interval: Duration = timedelta(seconds=60)
     history_retention: Duration = timedelta(days=30)
     log: LogSettings = Field(default_factory=LogSettings)
-    #: How many polls may be in flight at once (the poll worker pool).
-    poll_workers: int = Field(default=64, ge=1, le=10_000)
+    #: How many calls (triggers and polls) may be in flight at once (the worker pool).
+    poll_workers: int = Field(default=100, ge=1, le=10_000)
     #: How far ahead fire times are claimed, so triggers leave on time.
     prefetch: Duration = timedelta(seconds=2)
     #: Alerts (webhooks); set in ecron.yaml only, not from the environment.

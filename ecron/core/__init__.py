@@ -21,6 +21,7 @@ from ecron.core.model import Execution, InvalidReport, Report, Step, parse_repor
 from ecron.core.status import (
     ACTIVE,
     FINAL,
+    HELD,
     INTERRUPTED_REASONS,
     Channel,
     Reason,
@@ -32,6 +33,7 @@ from ecron.core.status import (
 __all__ = [
     "ACTIVE",
     "FINAL",
+    "HELD",
     "INTERRUPTED_REASONS",
     "CancelSent",
     "Channel",

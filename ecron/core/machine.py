@@ -34,9 +34,10 @@ class Reported:
 @dataclass(frozen=True, slots=True)
 class TriggerSent:
     """The trigger of the current call (the execution, or its current step) is about to
-    leave. The first trigger fixes ``triggered_at``; the execution's deadline is that plus
-    ``timeout``, and a step's is the earlier of that and its start plus ``step_timeout``.
-    A call already started ignores it (a retry of the same call)."""
+    leave: a SCHEDULED execution starts (PENDING). The first trigger fixes
+    ``triggered_at``; the execution's deadline is that plus ``timeout``, and a step's is the
+    earlier of that and its start plus ``step_timeout``. A call already started ignores it
+    (a retry of the same call)."""
 
     timeout: timedelta
     step_timeout: timedelta | None = None
@@ -80,7 +81,8 @@ class Stopped:
 
 @dataclass(frozen=True, slots=True)
 class Skipped:
-    """A claimed fire time is not run after all (``reason``: overlap, paused, misfire)."""
+    """A claimed (SCHEDULED) fire time is not run after all (``reason``: overlap, paused,
+    misfire)."""
 
     reason: Reason
     message: str
@@ -117,8 +119,9 @@ def apply(execution: Execution, event: Event, now: datetime) -> Transition:
     A final execution never changes. A report that arrives after the deadline
     changes nothing and asks for the cancel call instead.
     """
-    if execution.is_final:
-        return Transition(execution, execution, ignored=f"execution is {execution.status}")
+    refused = _refusal(execution, event)
+    if refused is not None:
+        return Transition(execution, execution, ignored=refused)
     if execution.steps and isinstance(event, Reported | TriggerFailed | ProbeFailed | Stopped):
         return _apply_to_step(execution, event, now)
     match event:
@@ -131,18 +134,35 @@ def apply(execution: Execution, event: Event, now: datetime) -> Transition:
         case ProbeFailed(kind, limit, message, _):
             return _apply_probe_failure(execution, kind, limit, message, now)
         case CancelSent():
-            if execution.cancel_sent_at is not None:
-                return Transition(execution, execution, ignored="the cancel call was already sent")
             return Transition(execution, execution.evolve(cancel_sent_at=now))
         case Skipped(reason, message):
-            if execution.status is not Status.PENDING or execution.triggered_at is not None:
-                return Transition(execution, execution, ignored="the trigger already left")
             return Transition(execution, _finish(execution, Status.SKIPPED, reason, message, now))
         case Stopped(status, acknowledged, message):
             assert status in (Status.TIMED_OUT, Status.CANCELLED), status
             after = _finish(execution, status, None, message, now)
             return Transition(execution, after.evolve(cancel_acknowledged=acknowledged))
     raise TypeError(f"not an event: {event!r}")  # pragma: no cover
+
+
+def _refusal(execution: Execution, event: Event) -> str | None:
+    """Why ``event`` cannot move ``execution`` at all, or None when it may.
+
+    A final execution never changes. A SCHEDULED one moves only by its start (the trigger
+    leaving), a skip or a person's cancel: reports cannot be about it, since nobody was told
+    of it yet. Only a SCHEDULED one can be skipped, and a cancel call leaves once.
+    """
+    if execution.is_final:
+        return f"execution is {execution.status}"
+    scheduled = execution.status is Status.SCHEDULED
+    if isinstance(event, Skipped) and not scheduled:
+        return "the trigger already left"
+    if isinstance(event, CancelSent) and execution.cancel_sent_at is not None:
+        return "the cancel call was already sent"
+    if not scheduled or isinstance(event, TriggerSent | Skipped):
+        return None
+    if isinstance(event, Stopped) and event.status is Status.CANCELLED:
+        return None
+    return "it has not started yet"
 
 
 def deadline_passed(execution: Execution, now: datetime) -> bool:
@@ -166,7 +186,8 @@ def _apply_trigger_sent(
     deadline = first + timeout
     if step_timeout is not None:
         deadline = min(deadline, now + step_timeout)
-    after = execution.evolve(triggered_at=first, deadline=deadline, probe_failures=0)
+    status = Status.PENDING if execution.status is Status.SCHEDULED else execution.status
+    after = execution.evolve(status=status, triggered_at=first, deadline=deadline, probe_failures=0)
     if step is not None:
         after = after.evolve(steps=_replace_step(after, replace(step, started_at=now)))
     return Transition(execution, after)
@@ -235,23 +256,28 @@ def _apply_report(
         return Transition(execution, execution, cancel_due=True, ignored="deadline passed")
     if report.status is RemoteStatus.UNKNOWN:
         return _apply_unknown(execution, channel, now, after_takeover)
-    if (
-        channel is Channel.POLL
-        and report.status is RemoteStatus.RUNNING
-        and execution.status is Status.RUNNING
-        and execution.probe_failures == 0
-        and (report.progress is None or report.progress == execution.progress)
-        and (report.message is None or report.message == execution.message)
-    ):
-        # The common case, kept cheap: a poll that says nothing new is not written.
-        return Transition(execution, execution, ignored="nothing new")
     message = report.message if report.message is not None else execution.message
     if report.status is RemoteStatus.RUNNING:
         progress = execution.progress if report.progress is None else report.progress
+        if (
+            execution.status is Status.RUNNING
+            and execution.probe_failures == 0
+            and progress == execution.progress
+            and message == execution.message
+            and channel is Channel.POLL
+        ):
+            # The common case, kept cheap: a poll that says nothing new is not written.
+            return Transition(execution, execution, ignored="nothing new")
+        # One copy with every change: this is the path of every poll that moves progress.
         after = execution.evolve(
-            status=Status.RUNNING, progress=clamp_progress(progress), message=message
+            status=Status.RUNNING,
+            progress=clamp_progress(progress),
+            message=message,
+            probe_failures=0,
+            last_report_at=now,
         )
-    elif report.status is RemoteStatus.SUCCESS:
+        return Transition(execution, after)
+    if report.status is RemoteStatus.SUCCESS:
         after = _finish(execution, Status.SUCCESS, None, message, now).evolve(
             progress=100.0, result=report.result, result_truncated=report.result_truncated
         )
@@ -260,11 +286,7 @@ def _apply_report(
         after = _finish(execution, Status.FAILED, reason, message, now)
         if report.progress is not None:
             after = after.evolve(progress=clamp_progress(report.progress))
-    after = after.evolve(probe_failures=0)
-    if after == execution and channel is Channel.POLL:
-        # A poll that says nothing new is not written: no row change per poll.
-        return Transition(execution, execution, ignored="nothing new")
-    return Transition(execution, after.evolve(last_report_at=now))
+    return Transition(execution, after.evolve(probe_failures=0, last_report_at=now))
 
 
 def _apply_unknown(

@@ -132,7 +132,7 @@ class Execution:
     attempt: int = 1
     resume_attempt: int = 0
     resume_of: str | None = None
-    status: Status = Status.PENDING
+    status: Status = Status.SCHEDULED
     reason: Reason | None = None
     progress: float = 0.0
     message: str | None = None

@@ -8,7 +8,10 @@ from enum import StrEnum
 class Status(StrEnum):
     """Where an execution is, as ecron sees it."""
 
-    #: Created; the trigger has not been answered yet.
+    #: Claimed for a fire time that has not come yet (or a retry waiting out its backoff):
+    #: not started, not active, never shown as running and never counted by ``concurrency``.
+    SCHEDULED = "SCHEDULED"
+    #: Started: its trigger is leaving or has left, and has not been answered yet.
     PENDING = "PENDING"
     #: The user service accepted the trigger and is working.
     RUNNING = "RUNNING"
@@ -94,13 +97,17 @@ FINAL: frozenset[Status] = frozenset(
 #: Statuses of an execution that is still going (it counts for ``concurrency``).
 ACTIVE: frozenset[Status] = frozenset({Status.PENDING, Status.RUNNING})
 
+#: Statuses of an execution that a node holds under a lease: active, or claimed ahead.
+HELD: frozenset[Status] = frozenset({Status.SCHEDULED, *ACTIVE})
+
 #: Reasons that mean "stopped by something outside the work; safe to resume if idempotent".
 INTERRUPTED_REASONS: frozenset[Reason] = frozenset(
     {Reason.INTERRUPTED, Reason.UNREACHABLE, Reason.LOST}
 )
 
-#: The allowed moves. A PENDING execution may be SKIPPED only before its trigger leaves.
+#: The allowed moves. Only a SCHEDULED execution may be SKIPPED: its trigger never left.
 TRANSITIONS: dict[Status, frozenset[Status]] = {
+    Status.SCHEDULED: frozenset({Status.PENDING, Status.SKIPPED, Status.CANCELLED}),
     Status.PENDING: frozenset(
         {
             Status.RUNNING,
@@ -108,7 +115,6 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
             Status.FAILED,
             Status.TIMED_OUT,
             Status.CANCELLED,
-            Status.SKIPPED,
         }
     ),
     Status.RUNNING: frozenset({Status.SUCCESS, Status.FAILED, Status.TIMED_OUT, Status.CANCELLED}),

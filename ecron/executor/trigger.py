@@ -1,39 +1,48 @@
 """Starting an execution: the trigger POST, its retries, and the unknown-outcome rule.
 
-Retries (tenacity, under ``trigger_retry``) always carry the same execution
-id. A trigger that was sent but got no answer may have started the work, so
-the same id is polled before anything else: a report means it started (and
-the execution goes on from there); 404/UNKNOWN means it did not, and the
-trigger is sent again, counted against the retry budget. A service that
+The first try runs in a worker of the pool, like a poll. Only when it asks for a retry does
+the execution get a coroutine of its own, which waits out the backoff (tenacity, under
+``trigger_retry``) and tries again with the same execution id. A trigger that was sent but
+got no answer may have started the work, so the same id is polled before anything else: a
+report means it started (and the execution goes on from there); 404/UNKNOWN means it did
+not, and the trigger is sent again, counted against the retry budget. A service that
 dedupes on the id therefore never starts one execution twice.
 
-When the budget is spent while the outcome is still unknown, the execution
-stays PENDING and is handed to the poller, which keeps asking: a report
-adopts it, 404/UNKNOWN ends it FAILED ``trigger_failed``, and the deadline or
-``max_probe_failures`` end it as for any other execution.
+When the budget is spent while the outcome is still unknown, the execution stays PENDING
+and is handed to the poller, which keeps asking: a report adopts it, 404/UNKNOWN ends it
+FAILED ``trigger_failed``, and the deadline or ``max_probe_failures`` end it as for any
+other execution.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
-from datetime import timedelta
-from typing import TYPE_CHECKING
+from datetime import datetime, timedelta
+from typing import Any
 
 import structlog
 from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_after_attempt
 from tenacity.stop import stop_base
 from tenacity.wait import wait_base, wait_exponential_jitter
 
+from ecron.clock import Clock
 from ecron.config.model import CallSettings, TriggerRetry
-from ecron.core import Execution, Status, current_step
-from ecron.executor.http import CallContext, CallOutcome, OutcomeKind
+from ecron.core import Execution, Status, Transition, current_step
+from ecron.executor.calls import Calls
+from ecron.executor.http import CallContext, CallOutcome, HttpCaller, OutcomeKind
 from ecron.executor.outcomes import RETRYABLE, trigger_event
+from ecron.executor.recorder import Recorder
 from ecron.logs import about
 
-if TYPE_CHECKING:
-    from ecron.executor.runner import Executor
-
 log = structlog.get_logger(__name__)
+
+#: What follows a trigger's answer (the executor's ``plan_next``).
+Then = Callable[[Transition, Execution | None], None]
+#: Look at an execution again at a time (the executor's ``schedule``).
+Look = Callable[[str, datetime], None]
+#: Run a coroutine in the background, kept until it ends.
+Spawn = Callable[[Coroutine[Any, Any, Any], str], None]
 
 
 class _Backoff(wait_base):
@@ -59,81 +68,149 @@ class _Backoff(wait_base):
 class _StopAtDeadline(stop_base):
     """Stop when the next try could only start after the execution's deadline."""
 
-    executor: Executor
+    clock: Clock
     ctx: CallContext
 
     def __call__(self, retry_state: RetryCallState) -> bool:
         if self.ctx.deadline is None:
             return False
-        wake = self.executor.clock.now() + timedelta(seconds=retry_state.upcoming_sleep)
+        wake = self.clock.now() + timedelta(seconds=retry_state.upcoming_sleep)
         return wake >= self.ctx.deadline
 
 
-async def run_trigger(executor: Executor, execution: Execution) -> None:
-    """Deliver the trigger of a PENDING ``execution`` this node holds, and record the answer.
+class Triggers:
+    """Sends triggers and records their answers; see the module docstring."""
 
-    Whatever goes wrong unexpectedly, the execution is handed to the poller, so that its
-    deadline is still kept.
-    """
-    try:
-        with about(execution, executor.node_id):
-            await _run_trigger(executor, execution)
-    except Exception:
-        log.exception(
-            "trigger_failed_unexpectedly", task=execution.task, execution_id=execution.eid
-        )
-        if execution.eid in executor.inflight:
-            executor.schedule(execution.eid, executor.clock.now())
+    def __init__(
+        self,
+        *,
+        recorder: Recorder,
+        calls: Calls,
+        caller: HttpCaller,
+        clock: Clock,
+        stopping: set[str],
+        then: Then,
+        look: Look,
+        spawn: Spawn,
+    ) -> None:
+        self.recorder = recorder
+        self.calls = calls
+        self.caller = caller
+        self.clock = clock
+        self.stopping = stopping
+        self.then = then
+        self.look = look
+        self.spawn = spawn
 
+    async def send(self, execution: Execution, *, fresh: bool) -> None:
+        """Deliver the trigger of the call in flight of ``execution`` (held by this node),
+        and record the answer. ``fresh``: this node has just recorded that the trigger
+        leaves; otherwise (adopted) one may have left already, so the id is polled first.
 
-async def _run_trigger(executor: Executor, execution: Execution) -> None:
-    call, ctx = executor.call_of(execution)
-    step = current_step(execution)
-    started = execution.triggered_at if step is None else step.started_at
-    probe_first = started is not None  # adopted: a trigger may have left already
-    if started is None:
-        _, stored = await executor.record(execution, executor.trigger_sent(execution))
-        if stored is None or stored.is_final:
+        Whatever goes wrong unexpectedly, the execution is handed to the poller, so that its
+        deadline is still kept.
+        """
+        try:
+            await self._send(execution, fresh)
+        except Exception:
+            with about(execution, self.recorder.node_id):
+                log.exception(
+                    "trigger_failed_unexpectedly", task=execution.task, execution_id=execution.eid
+                )
+            if execution.eid in self.recorder.held:
+                self.look(execution.eid, self.clock.now())
+
+    async def _send(self, execution: Execution, fresh: bool) -> None:
+        step = current_step(execution)
+        if (execution.triggered_at if step is None else step.started_at) is None:
+            # The next step of a multi-step execution: record that its trigger leaves.
+            _, stored = await self.recorder.record(execution, self.calls.trigger_sent(execution))
+            if stored is None or stored.is_final:
+                return
+            execution, fresh = stored, True
+            moved = current_step(execution)
+            if (execution.status if moved is None else moved.status) is not Status.PENDING:
+                self.look(execution.eid, self.clock.now())  # a callback overtook it
+                return
+        call, ctx = self.calls.call_of(execution)
+        attempt = _Attempt(self, call, replace(ctx, deadline=execution.deadline), not fresh)
+        outcome = await attempt()
+        if _worth_retrying(outcome, attempt) and call.trigger_retry.attempts > 1:
+            name = f"ecron-trigger-retry-{execution.eid}"
+            self.spawn(self._retry(execution, attempt, outcome), name)
             return
-        execution = stored
-        moved = current_step(execution)
-        if (execution.status if moved is None else moved.status) is not Status.PENDING:
-            executor.schedule(execution.eid, executor.clock.now())  # a callback overtook it
-            return
-    attempt = _Attempt(executor, call, replace(ctx, deadline=execution.deadline), probe_first)
-    retrying = AsyncRetrying(
-        stop=stop_after_attempt(call.trigger_retry.attempts)
-        | _StopAtDeadline(executor, attempt.ctx),
-        wait=_Backoff(call.trigger_retry),
-        retry=retry_if_result(lambda outcome: outcome.kind in RETRYABLE and not attempt.abandoned),
-        retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
-        before_sleep=attempt.log_retry,
-        sleep=executor.clock.sleep,
-    )
-    outcome: CallOutcome = await retrying(attempt)
-    if attempt.abandoned:
-        return
-    if outcome.report is not None:
-        executor.warn_ignored(execution, outcome.report)
-    unknown = attempt.probe_first or call.mode == "callback"
-    if outcome.kind is OutcomeKind.NO_ANSWER and unknown:
-        log.warning(
-            "trigger_outcome_unknown",
-            task=execution.task,
-            execution_id=execution.eid,
-            detail=outcome.detail,
+        await self._answered(execution, attempt, outcome)
+
+    async def _retry(self, execution: Execution, attempt: _Attempt, first: CallOutcome) -> None:
+        """Retries after the first try, each after its backoff, in a coroutine of its own."""
+        call = attempt.call
+        seeded = _Seeded(attempt, first)
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(call.trigger_retry.attempts)
+            | _StopAtDeadline(self.clock, attempt.ctx),
+            wait=_Backoff(call.trigger_retry),
+            retry=retry_if_result(lambda outcome: _worth_retrying(outcome, attempt)),
+            retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
+            before_sleep=attempt.log_retry,
+            sleep=self.clock.sleep,
         )
-        executor.schedule(execution.eid, executor.clock.now() + call.poll_interval)
-        return
-    transition, stored = await executor.record(execution, trigger_event(outcome, ctx.step_number))
-    executor.plan_next(transition, stored)
+        try:
+            with about(execution, self.recorder.node_id):
+                outcome: CallOutcome = await retrying(seeded)
+                if not attempt.abandoned:
+                    await self._answered(execution, attempt, outcome)
+        except Exception:
+            log.exception(
+                "trigger_failed_unexpectedly", task=execution.task, execution_id=execution.eid
+            )
+            if execution.eid in self.recorder.held:
+                self.look(execution.eid, self.clock.now())
+
+    async def _answered(
+        self, execution: Execution, attempt: _Attempt, outcome: CallOutcome
+    ) -> None:
+        """Record the (last) answer, or hand an unknown outcome to the poller."""
+        current = self.recorder.held.get(execution.eid, execution)
+        if outcome.report is not None:
+            self.recorder.warn_ignored(current, outcome.report)
+        unknown = attempt.probe_first or attempt.call.mode == "callback"
+        if outcome.kind is OutcomeKind.NO_ANSWER and unknown:
+            log.warning(
+                "trigger_outcome_unknown",
+                task=execution.task,
+                execution_id=execution.eid,
+                detail=outcome.detail,
+            )
+            self.look(execution.eid, self.clock.now() + attempt.call.poll_interval)
+            return
+        event = trigger_event(outcome, attempt.ctx.step_number)
+        transition, stored = await self.recorder.record(current, event)
+        self.then(transition, stored)
+
+
+def _worth_retrying(outcome: CallOutcome, attempt: _Attempt) -> bool:
+    return outcome.kind in RETRYABLE and not attempt.abandoned
+
+
+@dataclass(slots=True)
+class _Seeded:
+    """Tenacity's first try is the one already made (in the worker); later ones are real."""
+
+    attempt: _Attempt
+    first: CallOutcome | None
+
+    async def __call__(self) -> CallOutcome:
+        if self.first is not None:
+            outcome, self.first = self.first, None
+            return outcome
+        return await self.attempt()
 
 
 @dataclass(slots=True)
 class _Attempt:
     """One try: probe first when a previous trigger's outcome is unknown, then POST."""
 
-    executor: Executor
+    triggers: Triggers
     call: CallSettings
     ctx: CallContext
     probe_first: bool
@@ -144,11 +221,11 @@ class _Attempt:
         self.tries += 1
         if self.tries > 1 and await self._abandon():
             return CallOutcome(OutcomeKind.UNSENT, detail="the execution moved on")
+        caller = self.triggers.caller
         if self.call.mode == "callback":
             # Never polled: the trigger itself, sent again with the same id, is the probe
             # (the service answers a known id with its current report).
-            return await self.executor.caller.trigger(self.call, self.ctx)
-        caller = self.executor.caller
+            return await caller.trigger(self.call, self.ctx)
         if self.probe_first:
             probe = await caller.poll(self.call, self.ctx)
             if probe.kind is OutcomeKind.REPORT:
@@ -161,7 +238,7 @@ class _Attempt:
         if outcome.kind is not OutcomeKind.NO_ANSWER:
             return outcome
         self.probe_first = True
-        if self.executor.is_stopping(self.ctx.eid):
+        if self.ctx.eid in self.triggers.stopping:
             return outcome  # cancelled meanwhile: nothing more is sent
         probe = await caller.poll(self.call, self.ctx)
         if probe.kind is OutcomeKind.REPORT:
@@ -173,10 +250,11 @@ class _Attempt:
     async def _abandon(self) -> bool:
         """Before a retry: has the execution ended, been cancelled or been taken over?"""
         eid = self.ctx.eid
-        held = self.executor.inflight.get(eid)
-        fresh = None if held is None else await self.executor.store.get_execution(eid)
+        recorder = self.triggers.recorder
+        held = recorder.held.get(eid)
+        fresh = None if held is None else await recorder.store.get_execution(eid)
         self.abandoned = (
-            self.executor.is_stopping(eid)
+            eid in self.triggers.stopping
             or held is None
             or fresh is None
             or fresh.is_final

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from ecron.core import Execution, Status
+from ecron.core import Execution, Status, TriggerKind
 
 if TYPE_CHECKING:
     from ecron.config import TaskSpec
@@ -35,20 +35,76 @@ class TaskState:
 
 
 @dataclass(frozen=True, slots=True)
+class DueTask:
+    """A task whose next fire time is due, as a claim reads it. Its spec is the loaded
+    config's: ``spec_hash`` tells whether the row was synced from the same config."""
+
+    name: str
+    next_fire_at: datetime
+    spec_hash: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
 class FirePlan:
     """What to do with a task whose fire time is due, decided by the scheduler's policy.
 
-    ``executions`` are inserted (PENDING ones claimed by the calling node,
-    SKIPPED ones as a record); a fire time that already has an execution is
-    left alone. ``next_fire_at`` replaces the task's fire time.
+    ``executions`` are inserted (SCHEDULED ones claimed by the calling node, SKIPPED ones
+    as a record); a fire time that already has an execution is left alone.
+    ``next_fire_at`` replaces the task's fire time.
     """
 
     next_fire_at: datetime | None
     executions: Sequence[Execution] = ()
 
 
-#: Decides a due task's fate inside the claim transaction: (task, its active executions) -> plan.
-Planner = Callable[[TaskState, Sequence[Execution]], FirePlan]
+#: Decides a due task's fate inside the claim transaction; None leaves the task alone (this
+#: node does not know it, or knows another version of it).
+Planner = Callable[[DueTask], FirePlan | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """What one claim transaction did."""
+
+    #: The executions inserted (SCHEDULED and SKIPPED), in plan order.
+    executions: list[Execution]
+    #: How many due tasks it read, and how many of them it advanced.
+    read: int
+    advanced: int
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """An active execution as a start decision sees it."""
+
+    eid: str
+    status: Status
+    scheduled_at: datetime
+    trigger_kind: TriggerKind
+
+
+@dataclass(frozen=True, slots=True)
+class Gate:
+    """What starting a task's executions is decided on, read in the start's transaction:
+    the authority on a cluster, whatever each node remembers."""
+
+    paused: bool
+    paused_reason: str | None
+    #: No longer in the config (or never was).
+    retired: bool
+    #: The task's active executions (PENDING, RUNNING), oldest fire time first.
+    active: tuple[Holder, ...] = ()
+    #: Fire times of the task's schedule claimed for later (when asked for).
+    later: tuple[datetime, ...] = ()
+
+
+#: Decides, from each task's gate, what every start becomes: ``(before, after)`` writes.
+Decider = Callable[[Mapping[str, Gate]], Sequence[tuple[Execution, Execution]]]
+
+#: One write and its result: ``(before, after, stored)``, ``stored`` None when the compare
+#: failed.
+Written = tuple[Execution, Execution, Execution | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,22 +156,26 @@ class Store(abc.ABC):
         """The earliest ``next_fire_at`` of any task that can fire (for the scheduler's sleep)."""
 
     @abc.abstractmethod
-    async def count_due(self, horizon: datetime, names: Collection[str] | None = None) -> int:
-        """How many tasks (of ``names`` when given) are due at or before ``horizon``."""
+    async def count_due(self, horizon: datetime) -> int:
+        """How many tasks are due at or before ``horizon``."""
 
     @abc.abstractmethod
-    async def claim_due_fires(
-        self, horizon: datetime, limit: int, plan: Planner, names: Collection[str] | None = None
-    ) -> list[Execution]:
-        """Claim up to ``limit`` tasks due at or before ``horizon`` (only those named in
-        ``names`` when given: a node claims only what its own config knows).
+    async def claim_due_fires(self, horizon: datetime, limit: int, plan: Planner) -> Claimed:
+        """Claim up to ``limit`` tasks due at or before ``horizon``, earliest first, in one
+        transaction: ``plan`` decides each one's fate (None: not this node's), the fire
+        times of those it planned are advanced, and the plans' executions are inserted,
+        many rows per statement. A fire time that already has an execution is left alone.
+        Several nodes may call this at once: each due task is claimed by exactly one
+        (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; one writer at a time on SQLite)."""
 
-        For each, in one transaction: ``plan`` decides, the task's fire time is
-        advanced by a conditional update (only if nobody advanced it first),
-        and the plan's executions are inserted. Returns the executions inserted
-        (PENDING and SKIPPED). Several nodes may call this at once: each fire
-        time is claimed by exactly one.
-        """
+    @abc.abstractmethod
+    async def start_executions(
+        self, tasks: Collection[str], decide: Decider, *, later_of: Collection[str] = ()
+    ) -> list[Written]:
+        """Start claimed executions, in one transaction: read the ``Gate`` of each task in
+        ``tasks`` (locking the task rows on PostgreSQL, so that two nodes never both start
+        under ``forbid``), with the fire times claimed for later for the tasks in
+        ``later_of``; ``decide`` turns them into writes; each write is a compare-and-set."""
 
     @abc.abstractmethod
     async def task_finished(
@@ -135,6 +195,11 @@ class Store(abc.ABC):
         ``pause_reason``. Returns the task as it is now."""
 
     @abc.abstractmethod
+    async def tasks_succeeded(self, ends: Mapping[str, datetime]) -> None:
+        """Record, in one transaction, that an execution of each task in ``ends`` succeeded
+        at the time given: ``last_end_at``, and the count of failures in a row back to 0."""
+
+    @abc.abstractmethod
     async def set_paused(
         self, name: str, paused: bool, reason: str | None, next_fire_at: datetime | None
     ) -> TaskState | None:
@@ -146,6 +211,12 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def create_execution(self, execution: Execution) -> Execution | None:
         """Insert ``execution``; None when its fire-time key is already taken."""
+
+    @abc.abstractmethod
+    async def create_unless_active(self, execution: Execution) -> Execution | Holder | None:
+        """Insert ``execution`` unless its task has an active execution, in one transaction
+        (the task row locked on PostgreSQL): the inserted execution, the oldest active one
+        (nothing inserted), or None when the fire-time key is taken."""
 
     @abc.abstractmethod
     async def get_execution(self, eid: str) -> Execution | None:
@@ -160,7 +231,9 @@ class Store(abc.ABC):
         limit: int = 50,
         before: str | None = None,
     ) -> Page:
-        """Executions newest first, filtered by task and status, older than ``before``."""
+        """Executions newest first, filtered by task and status, older than ``before``.
+        Fire times claimed ahead (SCHEDULED) are not executions yet: they are listed only
+        when ``status`` asks for them."""
 
     @abc.abstractmethod
     async def active_executions(self, task: str) -> list[Execution]:
@@ -168,30 +241,40 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def last_executions(self, names: Sequence[str]) -> dict[str, Execution]:
-        """The newest execution of each named task that has one."""
+        """The newest execution (not SCHEDULED) of each named task that has one."""
+
+    @abc.abstractmethod
+    async def claimed_fire_times(self, names: Sequence[str]) -> dict[str, datetime]:
+        """For each named task with fire times claimed ahead (SCHEDULED, of its schedule),
+        the earliest."""
 
     @abc.abstractmethod
     async def save(self, writes: Sequence[tuple[Execution, Execution]]) -> list[Execution | None]:
-        """Write each ``(before, after)`` pair as a compare-and-set on ``before``'s
-        fence and version, in one transaction. Returns, per pair, the stored
-        execution (version raised) or None when the compare failed."""
+        """Write each ``(before, after)`` pair as a compare-and-set on ``before``'s fence and
+        version, in one transaction; the row takes ``after``'s version (higher than
+        ``before``'s). An eid appears at most once. The lease (``lease_until``) is written only
+        where ``after`` changes it; the owner and the fence never. Returns, per pair, the
+        stored execution or None when the compare failed."""
 
     @abc.abstractmethod
     async def claim_runnable(
         self,
         node: str,
         now: datetime,
-        lease_until: datetime,
+        lease_for: Callable[[Execution], datetime],
         limit: int,
-        names: Collection[str] | None = None,
+        *,
+        skip: Collection[str] = (),
     ) -> list[Execution]:
-        """Take over active executions that nobody holds (no owner, or the lease
-        expired before ``now``), of the tasks in ``names`` when given: owner becomes
-        ``node``, fence is raised."""
+        """Take over executions that nobody holds (no owner, or a lease expired before
+        ``now``; ``skip``: eids left alone): SCHEDULED ones, claimed by a node that did not
+        start them, and active ones. Owner becomes ``node``, the fence is raised, the lease
+        runs until ``lease_for(execution)``. Oldest lease first."""
 
     @abc.abstractmethod
     async def renew_leases(self, node: str, eids: Sequence[str], lease_until: datetime) -> set[str]:
-        """Extend ``node``'s leases; returns the eids it still holds."""
+        """Extend ``node``'s leases of the active ones of ``eids``; returns the eids it still
+        holds."""
 
     @abc.abstractmethod
     async def release_leases(self, node: str, eids: Sequence[str]) -> None:

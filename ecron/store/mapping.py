@@ -6,30 +6,54 @@ from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
 
 from ecron.config.model import TaskSpec
 from ecron.core import Execution, Reason, Status, Step, TriggerKind
 from ecron.store.base import TaskState
+from ecron.store.bulk import Kind
+from ecron.store.tables import UTCDateTime, execution_table
 
 #: Execution fields stored as columns of the same name (everything except ``steps``).
 EXECUTION_COLUMNS = tuple(f.name for f in fields(Execution) if f.name != "steps")
 STEP_COLUMNS = tuple(f.name for f in fields(Step))
 
 
-def execution_values(execution: Execution) -> dict[str, Any]:
-    """The ``execution`` row's column values."""
-    values = {name: getattr(execution, name) for name in EXECUTION_COLUMNS}
-    values["status"] = str(execution.status)
-    values["trigger_kind"] = str(execution.trigger_kind)
-    values["reason"] = None if execution.reason is None else str(execution.reason)
+def _kind(column: sa.Column[Any]) -> Kind:
+    """How a column travels in a bulk statement (ecron.store.bulk), read off its type."""
+    kind = column.type
+    if isinstance(kind, UTCDateTime):
+        return "time"
+    if isinstance(kind, sa.JSON):
+        return "json"
+    if isinstance(kind, sa.Boolean):
+        return "bool"
+    if isinstance(kind, sa.Integer):
+        return "int"
+    if isinstance(kind, sa.Float):
+        return "float"
+    return "text"
+
+
+#: Every execution column an ``Execution`` carries, and how it travels in bulk statements.
+EXECUTION_KINDS: dict[str, Kind] = {
+    name: _kind(execution_table.c[name]) for name in EXECUTION_COLUMNS
+}
+
+
+def execution_values(
+    execution: Execution, columns: Sequence[str] = EXECUTION_COLUMNS
+) -> dict[str, Any]:
+    """The ``execution`` row's column values (of ``columns``), enums as their text."""
+    values = {name: getattr(execution, name) for name in columns}
+    if "status" in values:
+        values["status"] = execution.status.value
+    if "trigger_kind" in values:
+        values["trigger_kind"] = execution.trigger_kind.value
+    if "reason" in values:
+        values["reason"] = None if execution.reason is None else execution.reason.value
     return values
-
-
-def changed_values(before: Execution, after: Execution) -> dict[str, Any]:
-    """Only the columns that differ between ``before`` and ``after``."""
-    old, new = execution_values(before), execution_values(after)
-    return {name: value for name, value in new.items() if old[name] != value}
 
 
 def step_values(eid: str, step: Step) -> dict[str, Any]:
@@ -60,11 +84,26 @@ def to_step(row: RowMapping | Mapping[str, Any]) -> Step:
     return Step(**values)
 
 
+#: Stored specs already validated, by their digest: a task list reads thousands of rows.
+_SPECS: dict[str, TaskSpec] = {}
+_SPECS_MAX = 100_000
+
+
+def stored_spec(spec_hash: str, data: Any) -> TaskSpec:
+    """The stored spec of digest ``spec_hash``, validated once per process."""
+    spec = _SPECS.get(spec_hash)
+    if spec is None:
+        if len(_SPECS) >= _SPECS_MAX:
+            _SPECS.clear()
+        spec = _SPECS[spec_hash] = TaskSpec.model_validate(data)
+    return spec
+
+
 def to_task(row: RowMapping | Mapping[str, Any]) -> TaskState:
-    """A ``TaskState`` from its row (the stored spec is validated again)."""
+    """A ``TaskState`` from its row (the stored spec is validated once per digest)."""
     return TaskState(
         name=row["name"],
-        spec=TaskSpec.model_validate(row["spec"]),
+        spec=stored_spec(row["spec_hash"], row["spec"]),
         next_fire_at=row["next_fire_at"],
         last_end_at=row["last_end_at"],
         paused=row["paused"],

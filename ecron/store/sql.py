@@ -1,9 +1,13 @@
-"""``SqlStore``: the one store implementation, for SQLite and PostgreSQL."""
+"""``SqlStore``: the one store implementation, for SQLite and PostgreSQL.
+
+Reads and the state writes of executions live here; claims and leases in
+``sql_leases``, tasks in ``sql_tasks``.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any
@@ -13,36 +17,84 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ecron import __version__
-from ecron.core import ACTIVE, FINAL, INTERRUPTED_REASONS, Execution, Status, Step
-from ecron.store.base import FirePlan, Page, Planner, Store, TaskState
+from ecron.core import ACTIVE, FINAL, INTERRUPTED_REASONS, Execution, Status, Step, TriggerKind
+from ecron.store.base import Page, Store
+from ecron.store.bulk import Kind, Rows, insert_rows, update_rows
 from ecron.store.engine import Engines
 from ecron.store.lock import cluster_lock
 from ecron.store.mapping import (
-    changed_values,
+    EXECUTION_KINDS,
     execution_values,
     step_values,
     to_execution,
     to_step,
-    to_task,
 )
-from ecron.store.sql_tasks import TaskOperations, can_fire
+from ecron.store.sql_leases import LeaseOperations
+from ecron.store.sql_tasks import TaskOperations
 from ecron.store.tables import (
     execution_table,
     node_table,
     setting_table,
     step_table,
-    task_table,
 )
 
-_ACTIVE = [str(status) for status in ACTIVE]
+ACTIVE_NAMES = [str(status) for status in ACTIVE]
+_SCHEDULED = str(Status.SCHEDULED)
+
+#: The columns a state write sets: everything ``core.apply`` may change (never the owner,
+#: the fence or the identity of the execution).
+STATE_COLUMNS = (
+    "status",
+    "reason",
+    "progress",
+    "message",
+    "result",
+    "result_truncated",
+    "triggered_at",
+    "last_report_at",
+    "finished_at",
+    "deadline",
+    "next_poll_at",
+    "probe_failures",
+    "cancel_sent_at",
+    "cancel_acknowledged",
+    "lease_until",
+)
+_SAVE_KINDS: dict[str, Kind] = {
+    "eid": "text",
+    "fence": "int",
+    "version": "int",
+    "new_version": "int",
+    **{name: EXECUTION_KINDS[name] for name in STATE_COLUMNS},
+}
+_STEP_STATE = ("status", "reason", "progress", "message", "started_at", "finished_at")
+_STEP_UPDATE = (
+    sa.update(step_table)
+    .where(step_table.c.eid == sa.bindparam("b_eid"), step_table.c.number == sa.bindparam("b_n"))
+    .values({name: sa.bindparam(f"b_{name}") for name in _STEP_STATE})
+)
 
 
-class SqlStore(TaskOperations, Store):
+class SqlStore(LeaseOperations, TaskOperations, Store):
     """The store on SQLAlchemy Core; see ``Store`` for the contract of each operation."""
 
     def __init__(self, engines: Engines) -> None:
         self.engines = engines
         self.dialect = engines.dialect
+        name = engines.dialect.name
+        self._insert_batch = Rows(name, EXECUTION_KINDS)
+        self._insert_statement = insert_rows(execution_table, self._insert_batch, returning="eid")
+        self._save_batch = Rows(name, _SAVE_KINDS)
+        self._save_statement = update_rows(
+            execution_table,
+            self._save_batch,
+            key=["eid"],
+            match=["fence", "version"],
+            set_columns=STATE_COLUMNS,
+            keep_when_null=["lease_until"],
+            extra="version = v.new_version",
+            returning="eid",
+        )
 
     @classmethod
     def open(
@@ -62,103 +114,27 @@ class SqlStore(TaskOperations, Store):
     def _insert(self, table: sa.Table) -> Any:
         return (postgresql.insert if self.dialect.name == "postgresql" else sqlite.insert)(table)
 
-    # -- tasks ------------------------------------------------------------------------------
-
-    async def count_due(self, horizon: datetime, names: Collection[str] | None = None) -> int:
-        query = (
-            sa.select(sa.func.count())
-            .select_from(task_table)
-            .where(*can_fire(), task_table.c.next_fire_at <= horizon)
-        )
-        if names is not None:
-            query = query.where(task_table.c.name.in_(list(names)))
-        async with self.engines.read() as conn:
-            return int((await conn.execute(query)).scalar_one())
-
-    async def claim_due_fires(
-        self, horizon: datetime, limit: int, plan: Planner, names: Collection[str] | None = None
-    ) -> list[Execution]:
-        query = (
-            sa.select(task_table)
-            .where(*can_fire(), task_table.c.next_fire_at <= horizon)
-            .order_by(task_table.c.next_fire_at)
-            .limit(limit)
-        )
-        if names is not None:
-            query = query.where(task_table.c.name.in_(list(names)))
-        if self.dialect.skip_locked:
-            query = query.with_for_update(skip_locked=True)
-        inserted: list[Execution] = []
-        async with self.engines.write() as conn:
-            tasks = [to_task(row) for row in (await conn.execute(query)).mappings()]
-            if not tasks:
-                return []
-            active = await self._active_by_task(conn, [task.name for task in tasks])
-            for task in tasks:
-                decided = plan(task, active.get(task.name, []))
-                if await self._advance(conn, task, decided):
-                    inserted.extend(await self._insert_executions(conn, decided.executions))
-        return inserted
-
-    async def _advance(self, conn: AsyncConnection, task: TaskState, plan: FirePlan) -> bool:
-        """Move the task's fire time, only if it still is what we read."""
-        result = await conn.execute(
-            sa.update(task_table)
-            .where(
-                task_table.c.name == task.name,
-                task_table.c.next_fire_at == task.next_fire_at,
-                task_table.c.version == task.version,
-            )
-            .values(next_fire_at=plan.next_fire_at, version=task.version + 1)
-        )
-        return result.rowcount == 1
-
-    async def _insert_executions(
-        self, conn: AsyncConnection, executions: Sequence[Execution]
-    ) -> list[Execution]:
-        inserted = []
-        for execution in executions:
-            statement = (
-                self._insert(execution_table)
-                .values(execution_values(execution))
-                .on_conflict_do_nothing()
-                .returning(execution_table.c.eid)
-            )
-            if (await conn.execute(statement)).first() is None:
-                continue
-            if execution.steps:
-                await conn.execute(
-                    sa.insert(step_table), [step_values(execution.eid, s) for s in execution.steps]
-                )
-            inserted.append(execution)
-        return inserted
-
-    async def _active_by_task(
-        self, conn: AsyncConnection, names: Sequence[str]
-    ) -> dict[str, list[Execution]]:
-        rows = (
-            (
-                await conn.execute(
-                    sa.select(execution_table)
-                    .where(execution_table.c.task.in_(names), execution_table.c.status.in_(_ACTIVE))
-                    .order_by(execution_table.c.eid)
-                )
-            )
-            .mappings()
-            .all()
-        )
-        steps = await self._steps(conn, [row["eid"] for row in rows])
-        active: dict[str, list[Execution]] = defaultdict(list)
-        for row in rows:
-            active[row["task"]].append(to_execution(row, steps.get(row["eid"], ())))
-        return active
-
     # -- executions -------------------------------------------------------------------------
 
     async def create_execution(self, execution: Execution) -> Execution | None:
         async with self.engines.write() as conn:
             inserted = await self._insert_executions(conn, [execution])
         return inserted[0] if inserted else None
+
+    async def _insert_executions(
+        self, conn: AsyncConnection, executions: Sequence[Execution]
+    ) -> list[Execution]:
+        """Insert ``executions`` in one statement (their steps in one more); those whose
+        fire-time key is taken are left out. The ones inserted, in order."""
+        if not executions:
+            return []
+        rows = self._insert_batch.encode(execution_values(e) for e in executions)
+        taken = set((await conn.execute(self._insert_statement, {"rows": rows})).scalars())
+        inserted = [e for e in executions if e.eid in taken]
+        steps = [step_values(e.eid, step) for e in inserted for step in e.steps]
+        if steps:
+            await conn.execute(sa.insert(step_table), steps)
+        return inserted
 
     async def get_execution(self, eid: str) -> Execution | None:
         async with self.engines.read() as conn:
@@ -185,6 +161,8 @@ class SqlStore(TaskOperations, Store):
             query = query.where(execution_table.c.task == task)
         if status is not None:
             query = query.where(execution_table.c.status == str(status))
+        else:
+            query = query.where(execution_table.c.status != _SCHEDULED)
         if before is not None:
             query = query.where(execution_table.c.eid < before)
         async with self.engines.read() as conn:
@@ -196,29 +174,39 @@ class SqlStore(TaskOperations, Store):
         return Page(items=items, next=items[-1].eid if more else None)
 
     async def active_executions(self, task: str) -> list[Execution]:
-        async with self.engines.read() as conn:
-            return (await self._active_by_task(conn, [task])).get(task, [])
+        query = (
+            sa.select(execution_table)
+            .where(execution_table.c.task == task, execution_table.c.status.in_(ACTIVE_NAMES))
+            .order_by(execution_table.c.scheduled_at, execution_table.c.eid)
+        )
+        return await self._executions(query)
 
     async def last_executions(self, names: Sequence[str]) -> dict[str, Execution]:
         if not names:
             return {}
         newest = (
             sa.select(sa.func.max(execution_table.c.eid))
-            .where(execution_table.c.task.in_(names))
+            .where(execution_table.c.task.in_(names), execution_table.c.status != _SCHEDULED)
+            .group_by(execution_table.c.task)
+        )
+        query = sa.select(execution_table).where(execution_table.c.eid.in_(newest))
+        return {execution.task: execution for execution in await self._executions(query)}
+
+    async def claimed_fire_times(self, names: Sequence[str]) -> dict[str, datetime]:
+        if not names:
+            return {}
+        query = (
+            sa.select(execution_table.c.task, sa.func.min(execution_table.c.scheduled_at))
+            .where(
+                execution_table.c.task.in_(names),
+                execution_table.c.status == _SCHEDULED,
+                execution_table.c.trigger_kind == str(TriggerKind.SCHEDULE),
+            )
             .group_by(execution_table.c.task)
         )
         async with self.engines.read() as conn:
-            rows = (
-                (
-                    await conn.execute(
-                        sa.select(execution_table).where(execution_table.c.eid.in_(newest))
-                    )
-                )
-                .mappings()
-                .all()
-            )
-            steps = await self._steps(conn, [row["eid"] for row in rows])
-        return {row["task"]: to_execution(row, steps.get(row["eid"], ())) for row in rows}
+            rows = (await conn.execute(query)).all()
+        return dict(rows)
 
     async def _steps(self, conn: AsyncConnection, eids: Sequence[str]) -> dict[str, list[Step]]:
         if not eids:
@@ -236,83 +224,30 @@ class SqlStore(TaskOperations, Store):
         return steps
 
     async def save(self, writes: Sequence[tuple[Execution, Execution]]) -> list[Execution | None]:
-        stored: list[Execution | None] = []
         async with self.engines.write() as conn:
-            for before, after in writes:
-                stored.append(await self._save_one(conn, before, after))
-        return stored
+            return await self._save(conn, writes)
 
-    async def _save_one(
-        self, conn: AsyncConnection, before: Execution, after: Execution
-    ) -> Execution | None:
-        values = changed_values(before, after)
-        values.pop("fence", None)
-        values["version"] = before.version + 1
-        result = await conn.execute(
-            sa.update(execution_table)
-            .where(
-                execution_table.c.eid == before.eid,
-                execution_table.c.fence == before.fence,
-                execution_table.c.version == before.version,
-            )
-            .values(values)
-        )
-        if result.rowcount != 1:
-            return None
-        for old, new in zip(before.steps, after.steps, strict=True):
-            if old != new:
-                await conn.execute(
-                    sa.update(step_table)
-                    .where(step_table.c.eid == before.eid, step_table.c.number == new.number)
-                    .values(step_values(before.eid, new))
-                )
-        return after.evolve(version=before.version + 1, fence=before.fence)
-
-    async def claim_runnable(
-        self,
-        node: str,
-        now: datetime,
-        lease_until: datetime,
-        limit: int,
-        names: Collection[str] | None = None,
-    ) -> list[Execution]:
-        free = sa.or_(execution_table.c.owner.is_(None), execution_table.c.lease_until < now)
-        query = (
-            sa.select(execution_table.c.eid)
-            .where(execution_table.c.status.in_(_ACTIVE), free)
-            .order_by(execution_table.c.lease_until)
-            .limit(limit)
-        )
-        if names is not None:
-            query = query.where(execution_table.c.task.in_(list(names)))
-        if self.dialect.skip_locked:
-            query = query.with_for_update(skip_locked=True)
-        async with self.engines.write() as conn:
-            eids = list((await conn.execute(query)).scalars())
-            taken = await self._take(conn, node, eids, lease_until, free) if eids else []
-        return sorted(taken, key=lambda e: e.eid)
-
-    async def renew_leases(self, node: str, eids: Sequence[str], lease_until: datetime) -> set[str]:
-        if not eids:
-            return set()
-        async with self.engines.write() as conn:
-            rows = await conn.execute(
-                sa.update(execution_table)
-                .where(execution_table.c.eid.in_(eids), execution_table.c.owner == node)
-                .values(lease_until=lease_until)
-                .returning(execution_table.c.eid)
-            )
-            return set(rows.scalars())
-
-    async def release_leases(self, node: str, eids: Sequence[str]) -> None:
-        if not eids:
-            return
-        async with self.engines.write() as conn:
-            await conn.execute(
-                sa.update(execution_table)
-                .where(execution_table.c.eid.in_(eids), execution_table.c.owner == node)
-                .values(owner=None, lease_until=None, version=execution_table.c.version + 1)
-            )
+    async def _save(
+        self, conn: AsyncConnection, writes: Sequence[tuple[Execution, Execution]]
+    ) -> list[Execution | None]:
+        """Every write in one statement, each row a compare-and-set (see ``Store.save``)."""
+        if not writes:
+            return []
+        rows = self._save_batch.encode(_state_row(before, after) for before, after in writes)
+        done = set((await conn.execute(self._save_statement, {"rows": rows})).scalars())
+        steps = [
+            _step_row(after.eid, new)
+            for before, after in writes
+            if after.eid in done
+            for old, new in zip(before.steps, after.steps, strict=True)
+            if old != new
+        ]
+        if steps:
+            await conn.execute(_STEP_UPDATE, steps)
+        return [
+            after.evolve(fence=before.fence) if before.eid in done else None
+            for before, after in writes
+        ]
 
     async def resumes_of(self, eids: Sequence[str]) -> dict[str, str]:
         if not eids:
@@ -370,50 +305,13 @@ class SqlStore(TaskOperations, Store):
         query = (
             sa.select(execution_table)
             .where(
-                execution_table.c.status.in_(_ACTIVE),
+                execution_table.c.status.in_(ACTIVE_NAMES),
                 sa.or_(execution_table.c.deadline < now, *silent),
             )
             .order_by(execution_table.c.eid)
             .limit(limit)
         )
         return await self._executions(query)
-
-    async def force_claim(
-        self, node: str, eids: Sequence[str], lease_until: datetime
-    ) -> list[Execution]:
-        if not eids:
-            return []
-        async with self.engines.write() as conn:
-            return await self._take(conn, node, list(eids), lease_until)
-
-    async def _take(
-        self,
-        conn: AsyncConnection,
-        node: str,
-        eids: list[str],
-        lease_until: datetime,
-        *conditions: sa.ColumnElement[bool],
-    ) -> list[Execution]:
-        """Give ``node`` the leases of the active ones of ``eids`` (meeting ``conditions``),
-        raising their fence; the executions as they are now."""
-        taken = (
-            sa.update(execution_table)
-            .where(
-                execution_table.c.eid.in_(eids),
-                execution_table.c.status.in_(_ACTIVE),
-                *conditions,
-            )
-            .values(
-                owner=node,
-                lease_until=lease_until,
-                fence=execution_table.c.fence + 1,
-                version=execution_table.c.version + 1,
-            )
-            .returning(*execution_table.c)
-        )
-        rows = (await conn.execute(taken)).mappings().all()
-        steps = await self._steps(conn, [row["eid"] for row in rows])
-        return [to_execution(row, steps.get(row["eid"], ())) for row in rows]
 
     async def purge_history(self, before: datetime, batch: int) -> int:
         old = (
@@ -435,8 +333,13 @@ class SqlStore(TaskOperations, Store):
 
     async def _executions(self, query: sa.Select[Any]) -> list[Execution]:
         async with self.engines.read() as conn:
-            rows = (await conn.execute(query)).mappings().all()
-            steps = await self._steps(conn, [row["eid"] for row in rows])
+            return await self._read_executions(conn, query)
+
+    async def _read_executions(
+        self, conn: AsyncConnection, query: sa.Select[Any]
+    ) -> list[Execution]:
+        rows = (await conn.execute(query)).mappings().all()
+        steps = await self._steps(conn, [row["eid"] for row in rows])
         return [to_execution(row, steps.get(row["eid"], ())) for row in rows]
 
     # -- nodes and shared settings --------------------------------------------------------
@@ -445,7 +348,6 @@ class SqlStore(TaskOperations, Store):
         return cluster_lock(self.engines, name, wait=False)
 
     async def heartbeat(self, node: str, now: datetime, *, host: str = "", pid: int = 0) -> None:
-
         statement = self._insert(node_table).values(
             node_id=node, started_at=now, heartbeat_at=now, host=host, pid=pid, version=__version__
         )
@@ -481,3 +383,23 @@ class SqlStore(TaskOperations, Store):
     async def ping(self) -> None:
         async with self.engines.read() as conn:
             await conn.execute(sa.text("SELECT 1"))
+
+
+def _state_row(before: Execution, after: Execution) -> dict[str, Any]:
+    """One row of a state write: the compare (eid, fence, version), the new version, and the
+    state columns; the lease only where the write moves it (renewals do not raise the
+    version, so this node's copy of it may be older than the row's)."""
+    assert after.version > before.version, "a write raises the version"
+    values = execution_values(after, STATE_COLUMNS)
+    values.update(eid=before.eid, fence=before.fence, version=before.version)
+    values["new_version"] = after.version
+    if after.lease_until == before.lease_until:
+        values["lease_until"] = None
+    return values
+
+
+def _step_row(eid: str, step: Step) -> dict[str, Any]:
+    values = step_values(eid, step)
+    row = {f"b_{name}": values[name] for name in _STEP_STATE}
+    row.update(b_eid=eid, b_n=step.number)
+    return row

@@ -3,8 +3,6 @@ executions of each task end (failures in a row, pause, the next ``after`` fire t
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -15,6 +13,7 @@ from sqlalchemy.engine import RowMapping
 from ecron.config.model import TaskSpec
 from ecron.schedules import next_fire_time
 from ecron.store.base import SyncResult, TaskState
+from ecron.store.bulk import Rows, update_rows
 from ecron.store.engine import Engines
 from ecron.store.mapping import to_task
 from ecron.store.tables import task_table
@@ -38,12 +37,6 @@ def spec_json(spec: TaskSpec) -> dict[str, Any]:
     return data
 
 
-def spec_hash(spec: TaskSpec) -> str:
-    """A digest of the whole spec (secrets included) to notice any change."""
-    text = json.dumps(spec.model_dump(mode="json"), sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 class TaskOperations:
     """The ``Store`` operations on tasks (mixed into ``SqlStore``)."""
 
@@ -51,35 +44,40 @@ class TaskOperations:
 
     async def sync_tasks(self, specs: Mapping[str, TaskSpec], now: datetime) -> SyncResult:
         result = SyncResult()
+        summary = sa.select(task_table.c.name, task_table.c.spec_hash, task_table.c.retired)
         async with self.engines.write() as conn:
-            rows = {
-                row["name"]: row for row in (await conn.execute(sa.select(task_table))).mappings()
-            }
-            for name, spec in specs.items():
-                row = rows.get(name)
-                if row is None:
-                    await conn.execute(sa.insert(task_table).values(_new_task(spec, now)))
-                    result.added.append(name)
-                elif row["spec_hash"] != spec_hash(spec) or row["retired"]:
+            rows = {row.name: row for row in await conn.execute(summary)}
+            new = [spec for name, spec in specs.items() if name not in rows]
+            changed = [
+                name
+                for name, spec in specs.items()
+                if name in rows and (rows[name].spec_hash != spec.digest or rows[name].retired)
+            ]
+            gone = [name for name, row in rows.items() if name not in specs and not row.retired]
+            if new:
+                await conn.execute(sa.insert(task_table), [_new_task(spec, now) for spec in new])
+                result.added.extend(spec.name for spec in new)
+            if changed:
+                query = sa.select(task_table).where(task_table.c.name.in_(changed))
+                for row in (await conn.execute(query)).mappings().all():
                     await conn.execute(
                         sa.update(task_table)
-                        .where(task_table.c.name == name)
-                        .values(_changed_task(row, spec, now))
+                        .where(task_table.c.name == row["name"])
+                        .values(_changed_task(row, specs[row["name"]], now))
                     )
-                    result.updated.append(name)
-            for name, row in rows.items():
-                if name not in specs and not row["retired"]:
-                    await conn.execute(
-                        sa.update(task_table)
-                        .where(task_table.c.name == name)
-                        .values(
-                            retired=True,
-                            next_fire_at=None,
-                            updated_at=now,
-                            version=row["version"] + 1,
-                        )
+                result.updated.extend(changed)
+            if gone:
+                await conn.execute(
+                    sa.update(task_table)
+                    .where(task_table.c.name.in_(gone))
+                    .values(
+                        retired=True,
+                        next_fire_at=None,
+                        updated_at=now,
+                        version=task_table.c.version + 1,
                     )
-                    result.retired.append(name)
+                )
+                result.retired.extend(gone)
         return result
 
     async def get_task(self, name: str) -> TaskState | None:
@@ -132,6 +130,22 @@ class TaskOperations:
             row = (await conn.execute(sa.select(task_table).where(named))).mappings().first()
         return None if row is None else to_task(row)
 
+    async def tasks_succeeded(self, ends: Mapping[str, datetime]) -> None:
+        if not ends:
+            return
+        rows = Rows(self.engines.dialect.name, {"name": "text", "last_end_at": "time"})
+        statement = update_rows(
+            task_table,
+            rows,
+            key=["name"],
+            set_columns=["last_end_at"],
+            extra="consecutive_failures = 0, version = task.version + 1",
+            returning="name",
+        )
+        batch = rows.encode({"name": name, "last_end_at": at} for name, at in ends.items())
+        async with self.engines.write() as conn:
+            await conn.execute(statement, {"rows": batch})
+
     async def set_paused(
         self, name: str, paused: bool, reason: str | None, next_fire_at: datetime | None
     ) -> TaskState | None:
@@ -162,7 +176,7 @@ def _new_task(spec: TaskSpec, now: datetime) -> dict[str, Any]:
     return {
         "name": spec.name,
         "spec": spec_json(spec),
-        "spec_hash": spec_hash(spec),
+        "spec_hash": spec.digest,
         "schedule_text": spec.fire_schedule.text,
         "next_fire_at": next_fire_time(spec.fire_schedule, None, now) if spec.enabled else None,
         "enabled": spec.enabled,

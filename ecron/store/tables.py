@@ -32,6 +32,8 @@ class UTCDateTime(sa.types.TypeDecorator[datetime]):
 
 #: Statuses that count as active, for partial indexes (kept in step with core.ACTIVE).
 _ACTIVE_SQL = "status IN ('PENDING', 'RUNNING')"
+#: Statuses held under a lease (kept in step with core.HELD).
+_HELD_SQL = "status IN ('SCHEDULED', 'PENDING', 'RUNNING')"
 
 
 class TaskRow(SQLModel, table=True):
@@ -72,8 +74,8 @@ class ExecutionRow(SQLModel, table=True):
         sa.Index(
             "ix_execution_runnable",
             "lease_until",
-            sqlite_where=sa.text(_ACTIVE_SQL),
-            postgresql_where=sa.text(_ACTIVE_SQL),
+            sqlite_where=sa.text(_HELD_SQL),
+            postgresql_where=sa.text(_HELD_SQL),
         ),
         sa.Index(
             "ix_execution_active_task",

@@ -1,15 +1,27 @@
-"""Group commit: state writes from many executions go to the database together.
+"""Writes in groups: the state changes of many executions go to the database together, in
+one transaction and one statement, each row still a compare-and-set on fence and version.
 
-Each caller awaits its own write; while one transaction is in flight, the
-writes that arrive meanwhile wait and then go in the next one. Under load
-that makes one transaction carry many writes; when idle, a write is not
-delayed at all.
+Two kinds of write come in:
+
+- ``save`` (durable): the caller waits until the row is written (a final status, a
+  trigger or cancel about to leave, anything answered to a person). It is flushed at once;
+  writes that arrive while a transaction is in flight go in the next one.
+- ``save_soon`` (write-behind): progress and other changes that alter nothing the rules
+  act on. The caller goes on at once; the change lingers up to ``linger`` so that one
+  transaction carries many, and several changes of one execution before a flush become
+  one write. A change whose compare fails is reported to ``on_lost``.
+
+A write is only ever sent on top of a state the database confirmed: one that builds on a
+write still in flight waits for it, and fails without being sent when that one failed.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from datetime import timedelta
 
 import structlog
 
@@ -18,51 +30,155 @@ from ecron.store.base import Store
 
 log = structlog.get_logger(__name__)
 
+#: How long the writer waits after an error before trying the writes again.
+ERROR_PAUSE = 0.5
+
+Lost = Callable[[Execution, Execution], None]
+
 
 @dataclass(slots=True)
-class _Pending:
+class _Write:
     before: Execution
     after: Execution
-    done: asyncio.Future[Execution | None]
+    waiters: list[asyncio.Future[Execution | None]] = field(default_factory=list)
 
 
 class StateWriter:
-    """Batches ``Store.save`` calls; see the module docstring."""
+    """Groups ``Store.save`` calls; see the module docstring."""
 
-    def __init__(self, store: Store, *, max_batch: int = 500) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        max_batch: int = 500,
+        linger: timedelta = timedelta(milliseconds=5),
+        on_lost: Lost | None = None,
+    ) -> None:
         self.store = store
         self.max_batch = max_batch
-        self._pending: list[_Pending] = []
+        self.linger = linger.total_seconds()
+        self.on_lost = on_lost
+        #: Writes waiting for the next transaction, by eid (one per execution).
+        self._pending: dict[str, _Write] = {}
+        #: Writes that build on one still pending or in flight: they go in a later round.
+        self._later: list[_Write] = []
+        #: Versions written by the transaction in flight, and those whose compare failed.
+        self._in_flight: dict[str, int] = {}
+        self._failed: dict[str, int] = {}
+        self._urgent = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
-        #: Transactions and writes so far, for benchmarks and metrics.
+        #: Transactions and rows written so far, for benchmarks and metrics.
         self.transactions = 0
         self.writes = 0
 
     async def save(self, before: Execution, after: Execution) -> Execution | None:
-        """Write ``after`` over ``before`` (compare-and-set); None when the compare failed."""
+        """Write ``after`` over ``before`` and wait: the stored execution, or None when the
+        compare failed (another writer got there first, or the lease moved on)."""
         done: asyncio.Future[Execution | None] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(before, after, done))
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush(), name="ecron-state-writer")
+        self._add(_Write(before, after, [done]))
+        self._urgent.set()
         return await asyncio.shield(done)
 
-    async def _flush(self) -> None:
-        while self._pending:
-            batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
-            try:
-                stored = await self.store.save([(item.before, item.after) for item in batch])
-            except Exception as exc:  # the callers decide what a failed write means
-                for item in batch:
-                    if not item.done.done():
-                        item.done.set_exception(exc)
-                continue
-            self.transactions += 1
-            self.writes += len(batch)
-            for item, result in zip(batch, stored, strict=True):
-                if not item.done.done():
-                    item.done.set_result(result)
+    def save_soon(self, before: Execution, after: Execution) -> None:
+        """Write ``after`` over ``before`` within ``linger``; the caller does not wait."""
+        self._add(_Write(before, after))
 
-    async def drain(self) -> None:
-        """Wait until every write asked for so far is done."""
-        while self._flusher is not None and not self._flusher.done():
-            await asyncio.shield(self._flusher)
+    @property
+    def backlog(self) -> int:
+        """Writes not yet in a transaction."""
+        return len(self._pending) + len(self._later)
+
+    def _add(self, write: _Write) -> None:
+        eid = write.before.eid
+        pending = self._pending.get(eid)
+        if pending is not None and pending.after.version == write.before.version:
+            pending.after = write.after  # builds on the pending write: one write for both
+            pending.waiters += write.waiters
+        elif pending is None and eid not in self._in_flight:
+            self._pending[eid] = write
+        else:
+            self._later.append(write)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._run(), name="ecron-state-writer")
+
+    async def _run(self) -> None:
+        while self._pending or self._later:
+            if not self._urgent.is_set() and len(self._pending) < self.max_batch:
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(self._urgent.wait(), self.linger)
+            self._urgent.clear()
+            await self._flush_once()
+
+    def _take(self) -> list[_Write]:
+        """The next transaction's writes: at most one per execution, none built on a write
+        whose compare failed (those fail too, unsent)."""
+        batch = list(self._pending.values())[: self.max_batch]
+        for write in batch:
+            del self._pending[write.before.eid]
+        taken = {write.before.eid for write in batch}
+        later, self._later = self._later, []
+        for write in later:
+            eid = write.before.eid
+            if self._failed.get(eid) == write.before.version:
+                self._settle(write, None)
+            elif eid in self._pending or eid in taken:
+                self._later.append(write)
+            else:
+                self._pending[eid] = write
+        self._failed.clear()
+        return batch
+
+    async def _flush_once(self) -> None:
+        batch = self._take()
+        if not batch:
+            return
+        self._in_flight = {w.before.eid: w.after.version for w in batch}
+        try:
+            stored = await self.store.save([(w.before, w.after) for w in batch])
+        except Exception as exc:
+            self._in_flight = {}
+            self._retry_later(batch, exc)
+            await asyncio.sleep(ERROR_PAUSE)
+            return
+        self._in_flight = {}
+        self.transactions += 1
+        self.writes += len(batch)
+        for write, result in zip(batch, stored, strict=True):
+            if result is None:
+                self._failed[write.before.eid] = write.after.version
+            self._settle(write, result)
+
+    def _retry_later(self, batch: list[_Write], exc: Exception) -> None:
+        """The transaction failed: the waiters hear why; write-behind changes stay queued
+        (merged with what came meanwhile), so that nothing is lost while the database is
+        away."""
+        log.warning("state_write_failed", writes=len(batch), error=f"{type(exc).__name__}: {exc}")
+        for write in batch:
+            for waiter in write.waiters:
+                if not waiter.done():
+                    waiter.set_exception(exc)
+            if write.waiters:
+                continue
+            eid = write.before.eid
+            newer = self._pending.pop(eid, None)
+            if newer is not None and newer.before.version == write.after.version:
+                write.after, write.waiters = newer.after, newer.waiters
+            elif newer is not None:
+                self._later.append(newer)
+            self._pending[eid] = write
+
+    def _settle(self, write: _Write, result: Execution | None) -> None:
+        if write.waiters:
+            for waiter in write.waiters:
+                if not waiter.done():
+                    waiter.set_result(result)
+        elif result is None and self.on_lost is not None:
+            self.on_lost(write.before, write.after)
+
+    async def drain(self, timeout: float | None = None) -> bool:
+        """Wait until every write asked for so far is done (at most ``timeout`` seconds);
+        True when nothing is left."""
+        self._urgent.set()
+        if self._flusher is not None and not self._flusher.done():
+            await asyncio.wait({self._flusher}, timeout=timeout)
+        return self.backlog == 0 and (self._flusher is None or self._flusher.done())

@@ -16,6 +16,7 @@ from ecron.config.model import DaemonSettings, TaskSpec
 from ecron.core import Execution, Status
 from ecron.executor.http import HttpCaller
 from ecron.executor.runner import Executor
+from ecron.parts import Parts
 from ecron.patrol import Patrol
 from ecron.scheduler import Scheduler
 from ecron.store.migrate import upgrade
@@ -48,25 +49,48 @@ class FakeClock(Clock):
 
 @dataclass
 class Rig:
-    """The parts a test drives: ``scheduler.claim_fires(t)``, ``scheduler.start_due(t)``."""
+    """The parts a test drives: ``scheduler.claim_fires(t)``, ``rig.start_due(t)``."""
 
     store: SqlStore
     clock: FakeClock
-    executor: Executor
-    scheduler: Scheduler
+    parts: Parts
     specs: dict[str, TaskSpec]
-    patrol: Patrol
+
+    @property
+    def executor(self) -> Executor:
+        return self.parts.executor
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return self.parts.scheduler
+
+    @property
+    def patrol(self) -> Patrol:
+        return self.parts.patrol
 
     async def tick(self, when: datetime) -> None:
-        """Move the clock to ``when`` and let the scheduler claim and start what is due."""
+        """Move the clock to ``when``, let the scheduler claim what is due and the executor
+        start what is due, and wait until those starts are decided."""
         self.clock.set(when)
         await self.scheduler.claim_fires(when)
-        await self.scheduler.start_due(when)
+        await self.start_due(when)
+
+    async def start_due(self, when: datetime) -> None:
+        """Start every claimed execution due at ``when`` (the clock set there first)."""
+        self.clock.set(when)
+        due = [
+            e
+            for e in self.executor.held.values()
+            if e.status is Status.SCHEDULED and self.parts.recorder.due_of(e) <= when
+        ]
+        for execution in await self.scheduler.start(due):
+            self.executor.trigger(execution)
 
     async def executions(self, task: str) -> list[Execution]:
-        """The task's executions, oldest first."""
+        """The task's executions, oldest first (fire times claimed ahead included)."""
         page = await self.store.list_executions(task=task, limit=500)
-        return list(reversed(page.items))
+        claimed = await self.store.list_executions(task=task, status=Status.SCHEDULED, limit=500)
+        return sorted([*page.items, *claimed.items], key=lambda e: e.eid)
 
     async def count_is(self, task: str, count: int) -> bool:
         """True when the task has exactly ``count`` executions."""
@@ -93,48 +117,37 @@ class Rig:
             )
 
         result: list[Execution] = await wait_for(done, timeout=timeout)
+        await self.parts.bookkeeping.flush()
         return result
 
 
 @asynccontextmanager
 async def rig(database_url: str, specs: list[TaskSpec], now: datetime) -> AsyncIterator[Rig]:
-    """A rig on a migrated database, with the poll workers running."""
+    """A rig on a migrated database, with the workers running. Starts are not timed by the
+    executor's clock here: the test says when (``tick``, ``start_due``)."""
     store = SqlStore.open(database_url)
     await upgrade(store.engines)
     clock = FakeClock(now)
     by_name = {spec.name: spec for spec in specs}
     await store.sync_tasks(by_name, now)
-    settings = DaemonSettings(database=database_url, prefetch=timedelta(0))
+    settings = DaemonSettings(database=database_url, prefetch=timedelta(0), poll_workers=4)
     session = aiohttp.ClientSession()
-    writer = StateWriter(store)
     caller = HttpCaller(session, public_url=None, callback_secret="test")
-    scheduler: Scheduler
-    executor = Executor(
+    parts = Parts.build(
         store=store,
-        writer=writer,
+        writer=StateWriter(store),
         caller=caller,
-        clock=clock,
-        specs=by_name,
-        workers=4,
-        on_finished=lambda execution: scheduler.finished(execution),
-    )
-    scheduler = Scheduler(
-        store=store, executor=executor, clock=clock, settings=settings, node_id="n1", specs=by_name
-    )
-    patrol = Patrol(
-        store=store,
-        scheduler=scheduler,
-        executor=executor,
         clock=clock,
         settings=settings,
         node_id="n1",
         specs=by_name,
     )
-    workers = asyncio.create_task(executor.run())
+    parts.executor.starter = None  # the test starts what is due (start_due)
+    workers = asyncio.create_task(parts.executor.run())
     try:
-        yield Rig(store, clock, executor, scheduler, by_name, patrol)
+        yield Rig(store, clock, parts, by_name)
     finally:
-        await executor.drain(5)
+        await parts.executor.drain(5)
         workers.cancel()
         with suppress(asyncio.CancelledError):
             await workers

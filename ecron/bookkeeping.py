@@ -1,0 +1,208 @@
+"""What follows the end of an execution: a retry, the count of final failures in a row
+(and pausing), alerts, the next fire time of an ``after`` schedule (DESIGN.md,
+"Scheduling rules"). The rules themselves are pure functions in ``ecron.planning``.
+
+A success of a task on a fixed schedule changes only the task's count of failures (back to
+0) and its last end: those are written for many tasks at once, within ``SUCCESS_LINGER``.
+Everything else is written before ``finished`` returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+
+import structlog
+
+from ecron.clock import Clock
+from ecron.config.model import DaemonSettings, TaskSpec
+from ecron.core import Execution, Status
+from ecron.executor.runner import Executor
+from ecron.leases import CLAIM_GRACE
+from ecron.notify import Notifier
+from ecron.planning import (
+    Claim,
+    auto_resume_spent,
+    outcome_of,
+    pause_reason,
+    plan_retry,
+    resumes_automatically,
+    start_time,
+)
+from ecron.schedules import ScheduleKind, next_fire_time
+from ecron.snapshots import execution_snapshot
+from ecron.store.base import Store, TaskState
+
+log = structlog.get_logger(__name__)
+
+#: Successes are recorded on their tasks at most this much later, many at once.
+SUCCESS_LINGER = timedelta(milliseconds=50)
+
+
+class Bookkeeping:
+    """Book-keeping when executions end; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        executor: Executor,
+        clock: Clock,
+        settings: DaemonSettings,
+        node_id: str,
+        specs: Mapping[str, TaskSpec],
+        notifier: Notifier | None = None,
+    ) -> None:
+        self.store = store
+        self.executor = executor
+        self.clock = clock
+        self.settings = settings
+        self.node_id = node_id
+        self.specs = specs
+        self.notifier = notifier
+        #: Tasks whose last execution succeeded, not yet recorded: when it ended.
+        self._successes: dict[str, datetime] = {}
+        self._flusher: asyncio.Task[None] | None = None
+        #: Called when there is a new fire time to claim (an ``after`` schedule).
+        self.wake: Callable[[], None] = _nothing
+
+    def claim(self, now: datetime) -> Claim:
+        """This node's claim at ``now``."""
+        return Claim(
+            node=self.node_id,
+            now=now,
+            horizon=now + self.settings.prefetch,
+            grace=CLAIM_GRACE,
+            lease_ttl=self.settings.lease_ttl,
+        )
+
+    async def finished(self, execution: Execution) -> None:
+        """An execution ended: see the module docstring."""
+        spec = self.specs.get(execution.task)
+        if execution.status is Status.SKIPPED or execution.finished_at is None or spec is None:
+            return
+        fixed = spec.fire_schedule.kind is not ScheduleKind.AFTER
+        if execution.status is Status.SUCCESS and fixed:
+            self._successes[execution.task] = execution.finished_at
+            if self._flusher is None or self._flusher.done():
+                self._flusher = asyncio.create_task(
+                    self._record_successes(), name="ecron-successes"
+                )
+            return
+        await self.flush()  # in order: a failure after a success counts from 0
+        now = self.clock.now()
+        task = await self.store.get_task(execution.task)
+        paused = task is not None and task.paused
+        retry = await self._retry(execution, spec, task)
+        following = None
+        if retry is None and not fixed and spec.enabled:
+            following = next_fire_time(spec.fire_schedule, execution.finished_at, now)
+        resumed = resumes_automatically(execution, spec) and not paused
+        if retry is None and auto_resume_spent(execution, spec):
+            self.chain_exhausted(execution, "the chain has no resumes left")
+        outcome = outcome_of(execution, retried=retry is not None, resumed=resumed)
+        if outcome is False:
+            kind = (
+                "execution_failed" if execution.status is Status.FAILED else "execution_timed_out"
+            )
+            self.alert(kind, execution.task, execution=execution_snapshot(execution))
+        await self.count(execution, spec, outcome, following, paused)
+        if following is not None:
+            self.wake()
+
+    async def _record_successes(self) -> None:
+        await asyncio.sleep(SUCCESS_LINGER.total_seconds())
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Record the successes not yet recorded."""
+        ends, self._successes = self._successes, {}
+        if not ends:
+            return
+        try:
+            await self.store.tasks_succeeded(ends)
+        except Exception:
+            log.exception("task_successes_not_recorded", tasks=len(ends))
+
+    async def _retry(
+        self, execution: Execution, spec: TaskSpec, task: TaskState | None
+    ) -> Execution | None:
+        plan = plan_retry(
+            execution, spec, self.claim(self.clock.now()), task.next_fire_at if task else None
+        )
+        retry = None if plan is None else await self.store.create_execution(plan)
+        if retry is not None:
+            start_at = None if retry.next_poll_at is None else retry.next_poll_at.isoformat()
+            log.info(
+                "retry_planned",
+                task=retry.task,
+                execution_id=retry.eid,
+                attempt=retry.attempt,
+                start_at=start_at,
+            )
+            self.executor.start_at(retry, start_time(retry, spec))
+        return retry
+
+    async def count(
+        self,
+        execution: Execution,
+        spec: TaskSpec,
+        outcome: bool | None,
+        following: datetime | None,
+        was_paused: bool,
+    ) -> None:
+        """Record the end on the task row, pausing it after N final failures in a row."""
+        assert execution.finished_at is not None
+        state = await self.store.task_finished(
+            execution.task,
+            execution.finished_at,
+            outcome,
+            following,
+            pause_after=spec.pause_after_failures,
+            pause_reason=pause_reason(spec, execution),
+        )
+        if state is not None and state.paused and not was_paused:
+            log.warning("task_paused", task=state.name, reason=state.paused_reason)
+            self.alert(
+                "task_paused",
+                state.name,
+                reason=state.paused_reason,
+                execution=execution_snapshot(execution),
+            )
+
+    def chain_exhausted(self, execution: Execution, why: str) -> None:
+        """An interrupted execution will not be resumed any more: say so, and alert."""
+        log.warning(
+            "resume_chain_exhausted",
+            task=execution.task,
+            execution_id=execution.eid,
+            resume_attempt=execution.resume_attempt,
+            reason=why,
+        )
+        self.alert(
+            "resume_chain_exhausted",
+            execution.task,
+            reason=why,
+            execution=execution_snapshot(execution),
+        )
+
+    async def give_up_resume(self, execution: Execution, why: str) -> None:
+        """An automatic resume that cannot happen in time (the patrol's last chance within
+        ``resume.within``): the failure becomes final, counted and alerted like any other."""
+        spec = self.specs.get(execution.task)
+        if spec is None or not await self.store.give_up_resume(execution.eid, self.clock.now()):
+            return  # another node's patrol gave it up already
+        self.chain_exhausted(execution, why)
+        self.alert("execution_failed", execution.task, execution=execution_snapshot(execution))
+        task = await self.store.get_task(execution.task)
+        await self.count(execution, spec, False, None, task is not None and task.paused)
+
+    def alert(self, kind: str, task: str, **details: object) -> None:
+        """Send alert ``kind`` about ``task`` (in the background)."""
+        if self.notifier is not None:
+            self.notifier.event(kind, task, self.clock.now(), **details)
+
+
+def _nothing() -> None:
+    """Nobody to wake (yet)."""

@@ -1,0 +1,73 @@
+"""What this node holds: the newest state of every execution it has a lease on (claimed
+ahead, or active), with an index of the active ones per task. Memory only, no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from ecron.core import ACTIVE, Execution
+
+
+class Held(Mapping[str, Execution]):
+    """Executions by eid; ``remember`` keeps the newest version, ``forget`` lets one go."""
+
+    def __init__(self) -> None:
+        self._by_eid: dict[str, Execution] = {}
+        self._active: dict[str, set[str]] = {}
+
+    def __getitem__(self, eid: str) -> Execution:
+        return self._by_eid[eid]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_eid)
+
+    def __len__(self) -> int:
+        return len(self._by_eid)
+
+    def hold(self, execution: Execution) -> None:
+        """Hold ``execution`` as it is now (a claim, a takeover, a new run)."""
+        previous = self._by_eid.get(execution.eid)
+        self._by_eid[execution.eid] = execution
+        self._index(previous, execution)
+
+    def remember(self, stored: Execution) -> None:
+        """A newer stored state of an execution held here (a final one is let go)."""
+        current = self._by_eid.get(stored.eid)
+        if current is None:
+            return
+        if stored.is_final:
+            self.forget(stored.eid)
+        elif stored.version >= current.version:
+            self._by_eid[stored.eid] = stored
+            self._index(current, stored)
+
+    def forget(self, eid: str) -> Execution | None:
+        """Stop holding ``eid``; what was held, if anything."""
+        execution = self._by_eid.pop(eid, None)
+        if execution is not None:
+            self._index(execution, None)
+        return execution
+
+    def active_of(self, task: str) -> set[str]:
+        """The eids of ``task``'s active executions held here."""
+        return self._active.get(task, set())
+
+    def active_eids(self) -> list[str]:
+        """Every active execution held here (their leases are renewed)."""
+        return [eid for eids in self._active.values() for eid in eids]
+
+    def _index(self, old: Execution | None, new: Execution | None) -> None:
+        was = old is not None and old.status in ACTIVE
+        now = new is not None and new.status in ACTIVE
+        if was == now:
+            return
+        execution = new or old
+        assert execution is not None
+        if now:
+            self._active.setdefault(execution.task, set()).add(execution.eid)
+        else:
+            eids = self._active.get(execution.task)
+            if eids is not None:
+                eids.discard(execution.eid)
+                if not eids:
+                    del self._active[execution.task]

@@ -1,0 +1,252 @@
+"""The Recorder: the one owner of writing a state change, whatever path it comes from
+(trigger, poll, callback, cancel, start, skip).
+
+``record`` applies the event with ``core.apply`` (the only code that changes a status),
+writes the result as a compare-and-set on fence and version, and settles a lost compare by
+reading the row again: under a lease that moved on (a higher fence) this node lets go; else
+the same event is applied again to the newer state. Every write that landed then goes
+through ``written``: the newest state is held, a status change is logged, and an execution
+that ended gets its one canonical end line, its metrics and the scheduler's book-keeping.
+
+Changes that the rules do not act on (progress, a message, a failed probe, RUNNING after
+the trigger's answer) are written behind (``StateWriter.save_soon``): the path goes on at
+once with the state it wrote, and a compare lost later is settled the same way. Everything
+else is durable before ``record`` returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+
+import structlog
+
+from ecron.clock import Clock
+from ecron.core import (
+    CancelSent,
+    Event,
+    Execution,
+    Report,
+    Status,
+    Transition,
+    TriggerKind,
+    TriggerSent,
+    apply,
+)
+from ecron.executor.calls import Calls
+from ecron.executor.held import Held
+from ecron.metrics import Metrics
+from ecron.schedules import jitter_offset
+from ecron.store.base import Store, Written
+from ecron.store.writer import StateWriter
+
+log = structlog.get_logger(__name__)
+
+Finished = Callable[[Execution], Awaitable[None]]
+
+#: How many times a lost compare-and-set is retried on fresh state before giving up.
+RECORD_ATTEMPTS = 5
+
+
+class Recorder:
+    """Applies events and writes their results; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        writer: StateWriter,
+        held: Held,
+        calls: Calls,
+        clock: Clock,
+        metrics: Metrics,
+        node_id: str,
+    ) -> None:
+        self.store = store
+        self.writer = writer
+        self.held = held
+        self.calls = calls
+        self.clock = clock
+        self.metrics = metrics
+        self.node_id = node_id
+        #: Called after an execution ended (the scheduler's book-keeping).
+        self.on_finished: Finished | None = None
+        writer.on_lost = self._lost_behind
+        self._background: set[asyncio.Task[None]] = set()
+        self._finished_total = metrics.executions_finished
+        self._lost_leases = metrics.leases_lost
+
+    async def record(
+        self, execution: Execution, event: Event, *, as_owner: bool = True
+    ) -> tuple[Transition, Execution | None]:
+        """Apply ``event`` and store the result; see the module docstring.
+
+        ``as_owner``: the event comes from this node's lease (a poll, a trigger answer, a
+        deadline), so it is dropped once the lease moved on; a callback or a person's
+        cancel is not (it holds no lease), and is always durable. Returns the transition and
+        the stored execution, or None when it was dropped or the row is gone. A
+        ``cancel_due`` transition is not stored: the caller sends the cancel.
+        """
+        before = execution
+        transition = apply(before, event, self.clock.now())
+        for _ in range(RECORD_ATTEMPTS):
+            if transition.cancel_due or not transition.changed:
+                return transition, before
+            after = transition.after.evolve(version=before.version + 1)
+            if as_owner and not _must_wait(transition, event):
+                self.writer.save_soon(before, after)
+                stored: Execution | None = after.evolve(fence=before.fence)
+            else:
+                stored = await self.writer.save(before, after)
+            if stored is not None:
+                await self.written(transition, stored)
+                return transition, stored
+            fresh = await self.store.get_execution(before.eid)
+            if fresh is None or (as_owner and fresh.fence != execution.fence):
+                self.let_go(execution.eid, "the lease moved on" if fresh else "the row is gone")
+                return transition, None
+            if fresh.is_final:
+                self.held.remember(fresh)
+                return Transition(fresh, fresh, ignored=f"execution is {fresh.status}"), fresh
+            before = fresh
+            transition = apply(before, event, self.clock.now())
+        log.warning("record_gave_up", execution_id=execution.eid, attempts=RECORD_ATTEMPTS)
+        return transition, None
+
+    async def written_many(self, results: list[Written]) -> None:
+        """After writes made elsewhere (a start transaction): hold what landed, let go of
+        what lost its compare, and follow each landed change as ``record`` does."""
+        for before, after, stored in results:
+            if stored is None:
+                self.let_go(before.eid, "the lease moved on")
+                continue
+            await self.written(Transition(before, after), stored)
+
+    async def written(self, transition: Transition, stored: Execution) -> None:
+        """What follows a change that was written: hold the newest state, log a status
+        change, measure the trigger lag, and end an execution that ended."""
+        self.held.remember(stored)
+        before = transition.before
+        if before.status is not stored.status or before.reason is not stored.reason:
+            log.info(
+                "execution_status_changed",
+                task=stored.task,
+                execution_id=stored.eid,
+                attempt=stored.attempt,
+                node=self.node_id,
+                status=stored.status.value,
+                previous=before.status.value,
+                reason=None if stored.reason is None else stored.reason.value,
+            )
+        if before.triggered_at is None and stored.triggered_at is not None:
+            lag = self.trigger_lag(stored)
+            if lag is not None:
+                self.metrics.trigger_lag.labels(task=stored.task).observe(lag)
+        if transition.finished:
+            await self.ended(stored)
+
+    async def ended(self, execution: Execution) -> None:
+        """The one canonical line of an execution that ended, its metrics and the
+        scheduler's book-keeping (also for SKIPPED records written by a claim)."""
+        reason = "" if execution.reason is None else execution.reason.value
+        started = execution.triggered_at or execution.created_at
+        assert execution.finished_at is not None
+        duration = max(0.0, (execution.finished_at - started).total_seconds())
+        lag = self.trigger_lag(execution)
+        log.info(
+            "execution_finished",
+            task=execution.task,
+            execution_id=execution.eid,
+            status=execution.status.value,
+            reason=reason or None,
+            duration_seconds=round(duration, 3),
+            attempt=execution.attempt,
+            resume_attempt=execution.resume_attempt,
+            trigger_lag_seconds=None if lag is None else round(lag, 3),
+            steps=len(execution.steps) or None,
+            scheduled_at=execution.scheduled_at.isoformat(),
+            node=self.node_id,
+        )
+        self._finished_total.labels(
+            task=execution.task, status=execution.status.value, reason=reason
+        ).inc()
+        if execution.triggered_at is not None:
+            self.metrics.execution_duration.labels(task=execution.task).observe(duration)
+        if self.on_finished is not None:
+            try:
+                await self.on_finished(execution)
+            except Exception:
+                log.exception("on_finished_failed", execution_id=execution.eid)
+
+    def trigger_lag(self, execution: Execution) -> float | None:
+        """Seconds from the fire time (plus jitter) to the first trigger, for fire times of
+        the schedule and manual runs; None for retries and resumes, which wait on purpose."""
+        if execution.triggered_at is None or execution.trigger_kind not in (
+            TriggerKind.SCHEDULE,
+            TriggerKind.MANUAL,
+        ):
+            return None
+        return max(0.0, (execution.triggered_at - self.due_of(execution)).total_seconds())
+
+    def due_of(self, execution: Execution) -> datetime:
+        """When a claimed execution is due to start: its fire time plus jitter, or, for a
+        retry, the end of its backoff (``next_poll_at``)."""
+        due = execution.scheduled_at
+        if self.calls.knows(execution.task):
+            jitter = self.calls.spec_of(execution.task).jitter
+            due += jitter_offset(execution.task, execution.scheduled_at, jitter)
+        if execution.next_poll_at is not None and execution.status is Status.SCHEDULED:
+            due = max(due, execution.next_poll_at)
+        return due
+
+    def warn_ignored(self, execution: Execution, report: Report) -> None:
+        """Log each part of a report that was ignored (e.g. a progress that is not a number)."""
+        for warning in report.warnings:
+            log.warning(
+                "report_field_ignored",
+                task=execution.task,
+                execution_id=execution.eid,
+                detail=warning,
+            )
+
+    def let_go(self, eid: str, why: str) -> None:
+        """This node no longer drives ``eid``."""
+        if self.held.forget(eid) is not None:
+            log.debug("execution_let_go", execution_id=eid, reason=why)
+            self._lost_leases.inc()
+
+    def _lost_behind(self, before: Execution, after: Execution) -> None:
+        """A write-behind change lost its compare: read the row again (in the background)."""
+        task = asyncio.create_task(self._refresh(after), name=f"ecron-refresh-{before.eid}")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _refresh(self, lost: Execution) -> None:
+        held = self.held.get(lost.eid)
+        if held is None or held.version > lost.version:
+            return  # let go already, or a newer write is on its way and will settle it
+        try:
+            fresh = await self.store.get_execution(lost.eid)
+        except Exception:
+            log.exception("refresh_failed", execution_id=lost.eid)
+            return
+        if fresh is None or fresh.fence != held.fence:
+            self.let_go(lost.eid, "the lease moved on" if fresh else "the row is gone")
+        elif fresh.is_final:
+            self.held.forget(lost.eid)
+        else:
+            self.held.hold(fresh)  # the change is lost; the next report carries it again
+
+
+def _must_wait(transition: Transition, event: Event) -> bool:
+    """True for a change that must be durable before the path goes on: an end, a trigger or
+    a cancel about to leave, a step that ended."""
+    if transition.finished or isinstance(event, TriggerSent | CancelSent):
+        return True
+    before, after = transition.before, transition.after
+    if before.reason is not after.reason or before.status is Status.SCHEDULED:
+        return True
+    return any(
+        old.status is not new.status for old, new in zip(before.steps, after.steps, strict=True)
+    )

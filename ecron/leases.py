@@ -1,0 +1,184 @@
+"""Leases: what this node holds, and for how long (DESIGN.md, "Scale").
+
+One component holds every lease rule: claiming due fire times (many per transaction, this
+node's share of them), renewing at half the TTL, letting go, taking over what nobody holds,
+and the patrol's stale force-claim.
+
+Two lengths of lease:
+
+- a fire time claimed ahead (SCHEDULED) is held until its start plus ``CLAIM_GRACE``: a
+  node that dies before starting it costs its own claims about a second, not ``lease_ttl``
+  ("A dead node costs its own work only"); another node takes it over then and triggers
+  it with the same eid (the service dedupes on it);
+- a started execution is held for ``lease_ttl``, renewed at half of it; a dead node's are
+  adopted by polling once they expire, never triggered again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+import structlog
+
+from ecron.clock import Clock
+from ecron.config.model import DaemonSettings
+from ecron.core import Execution, Status
+from ecron.executor.held import Held
+from ecron.metrics import Metrics
+from ecron.store.base import Claimed, Planner, Store
+
+log = structlog.get_logger(__name__)
+
+#: A claimed, never started fire time is held this long past its start.
+CLAIM_GRACE = timedelta(seconds=1)
+#: How often expired leases are looked for: claims of a dead node are taken over within
+#: ``CLAIM_GRACE`` plus this much after their start.
+TAKEOVER_EVERY = timedelta(milliseconds=500)
+#: At most this many tasks are claimed, or executions taken over, in one transaction.
+CLAIM_BATCH = 1000
+#: Up to this many due tasks are claimed at once whatever the number of nodes; above it, a
+#: node claims its share (due tasks / live nodes) per round, so that the nodes split the
+#: work instead of the first one awake taking it all.
+SMALL_CLAIM = 5
+
+
+class Leases:
+    """Claims, renewals, releases and takeovers for one node; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        held: Held,
+        clock: Clock,
+        settings: DaemonSettings,
+        node_id: str,
+        metrics: Metrics,
+        due_of: Callable[[Execution], datetime],
+    ) -> None:
+        self.store = store
+        self.held = held
+        self.clock = clock
+        self.settings = settings
+        self.node_id = node_id
+        self.metrics = metrics
+        self.due_of = due_of
+        #: Nodes with a recent heartbeat (this one included).
+        self.live_nodes = 1
+        self._next_takeover: datetime | None = None
+        #: Called with the eids whose leases this node lost or let lapse.
+        self.on_lost: Callable[[list[str]], None] = self._forget
+
+    # -- lease lengths --------------------------------------------------------------------
+
+    def claim_until(self, start: datetime) -> datetime:
+        """The lease of a fire time claimed ahead, that starts at ``start``."""
+        return start + CLAIM_GRACE
+
+    def full_until(self, now: datetime) -> datetime:
+        """The lease of a started execution, from ``now``."""
+        return now + self.settings.lease_ttl
+
+    def _lease_for(self, now: datetime) -> Callable[[Execution], datetime]:
+        def lease(execution: Execution) -> datetime:
+            if execution.status is Status.SCHEDULED:
+                return self.claim_until(max(now, self.due_of(execution)))
+            return self.full_until(now)
+
+        return lease
+
+    # -- claiming -------------------------------------------------------------------------
+
+    async def claim_fires(self, now: datetime, plan: Planner) -> tuple[Claimed, bool]:
+        """Claim this node's share of the fire times due before ``now + prefetch``; the
+        claim, and whether the share was full (more may be due)."""
+        horizon = now + self.settings.prefetch
+        if self.live_nodes <= 1:
+            share = CLAIM_BATCH
+        else:
+            due = await self.store.count_due(horizon)
+            if due == 0:
+                return Claimed([], 0, 0), False
+            split = due if due <= SMALL_CLAIM else -(-due // self.live_nodes)
+            share = min(CLAIM_BATCH, split)
+        claimed = await self.store.claim_due_fires(horizon, share, plan)
+        self.metrics.claims.labels(kind="fire").inc(claimed.advanced)
+        return claimed, claimed.read == share and claimed.advanced > 0
+
+    def takeover_due(self, now: datetime) -> bool:
+        """True when it is time to look for expired leases again."""
+        return self._next_takeover is None or now >= self._next_takeover
+
+    async def take_over(self, now: datetime, known: Callable[[str], bool]) -> list[Execution]:
+        """Take the executions nobody holds (a dead node's, a released one's, this node's
+        own from before a restart) of the tasks this node ``known``s."""
+        self._next_takeover = now + TAKEOVER_EVERY
+        taken = await self.store.claim_runnable(
+            self.node_id, now, self._lease_for(now), CLAIM_BATCH, skip=self.held
+        )
+        mine = [e for e in taken if known(e.task)]
+        strangers = [e.eid for e in taken if not known(e.task)]
+        if strangers:
+            await self.store.release_leases(self.node_id, strangers)
+        self.metrics.claims.labels(kind="takeover").inc(len(mine))
+        return mine
+
+    async def force_claim(self, eids: list[str], now: datetime) -> list[Execution]:
+        """Take the leases of ``eids`` whoever holds them (stale executions)."""
+        taken = await self.store.force_claim(self.node_id, eids, self.full_until(now))
+        self.metrics.claims.labels(kind="stale").inc(len(taken))
+        return taken
+
+    # -- keeping and letting go -----------------------------------------------------------
+
+    async def renew(self, now: datetime) -> list[str]:
+        """Extend the leases of this node's active executions; the eids it lost."""
+        held = self.held.active_eids()
+        renewed = await self.store.renew_leases(self.node_id, held, self.full_until(now))
+        lost = [eid for eid in held if eid not in renewed and eid in self.held]
+        for eid in lost:
+            log.warning("lease_lost", execution_id=eid)
+        return lost
+
+    async def release_all(self) -> int:
+        """Give every lease back (clean shutdown), so that another node adopts at once."""
+        held = list(self.held)
+        await self.store.release_leases(self.node_id, held)
+        return len(held)
+
+    def _forget(self, eids: list[str]) -> None:
+        for eid in eids:
+            self.held.forget(eid)
+
+    async def run(self) -> None:
+        """Heartbeat and lease renewal at half the lease TTL, until cancelled. A lease not
+        renewed is let go; when the database cannot be reached long enough for this node's
+        leases to expire, it lets go of everything: another node may have taken over."""
+        interval = self.settings.lease_ttl.total_seconds() / 2
+        valid_until = self.full_until(self.clock.now())
+        while True:
+            await asyncio.sleep(interval)
+            now = self.clock.now()
+            try:
+                await self.store.heartbeat(self.node_id, now)
+                self.live_nodes = await self.store.live_nodes(now - self.settings.lease_ttl)
+                lost = await self.renew(now)
+            except Exception:
+                log.exception("lease_renewal_failed", leases=len(self.held))
+                if self.clock.now() >= valid_until:
+                    log.error("leases_expired_unrenewed", released=len(self.held))
+                    self.on_lost(list(self.held))
+                continue
+            valid_until = self.full_until(now)
+            if lost:
+                self.on_lost(lost)
+
+    async def register(self) -> None:
+        """Say this node is alive (at start)."""
+        await self.store.heartbeat(
+            self.node_id, self.clock.now(), host=socket.gethostname(), pid=os.getpid()
+        )

@@ -1,0 +1,296 @@
+"""The lease side of the SQL store: claiming fire times, starting what was claimed, taking
+over what nobody holds, renewing and letting go (see ``Store`` for each contract).
+
+Claims and starts handle many rows per statement. On PostgreSQL the rows a decision rests
+on are locked for its transaction (``FOR UPDATE``, ``SKIP LOCKED`` where another node may
+take the next row instead); on SQLite one writer at a time makes the same guarantee.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Collection, Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ecron.core import ACTIVE, HELD, Execution, Status, TriggerKind
+from ecron.store.base import Claimed, Decider, DueTask, Gate, Holder, Planner, Written
+from ecron.store.bulk import Rows, update_rows
+from ecron.store.engine import Dialect, Engines
+from ecron.store.sql_tasks import can_fire
+from ecron.store.tables import UTCDateTime, execution_table, task_table
+
+_ACTIVE = [str(status) for status in ACTIVE]
+_HELD = [str(status) for status in HELD]
+_HELD_SQL = ", ".join(f"'{status}'" for status in sorted(_HELD))
+#: At most this many eids go into one ``IN (...)`` list.
+_CHUNK = 5000
+
+
+class LeaseOperations:
+    """The ``Store`` operations on claims and leases (mixed into ``SqlStore``)."""
+
+    engines: Engines
+    dialect: Dialect
+
+    async def _insert_executions(
+        self, conn: AsyncConnection, executions: Sequence[Execution]
+    ) -> list[Execution]:
+        raise NotImplementedError  # pragma: no cover  (SqlStore)
+
+    async def _save(
+        self, conn: AsyncConnection, writes: Sequence[tuple[Execution, Execution]]
+    ) -> list[Execution | None]:
+        raise NotImplementedError  # pragma: no cover  (SqlStore)
+
+    async def _read_executions(
+        self, conn: AsyncConnection, query: sa.Select[Any]
+    ) -> list[Execution]:
+        raise NotImplementedError  # pragma: no cover  (SqlStore)
+
+    def _locking(self, query: sa.Select[Any], *, skip_locked: bool = False) -> sa.Select[Any]:
+        if not self.dialect.skip_locked:
+            return query  # SQLite: BEGIN IMMEDIATE already makes this node the only writer
+        return query.with_for_update(skip_locked=skip_locked)
+
+    # -- claiming fire times ----------------------------------------------------------------
+
+    async def count_due(self, horizon: datetime) -> int:
+        query = (
+            sa.select(sa.func.count())
+            .select_from(task_table)
+            .where(*can_fire(), task_table.c.next_fire_at <= horizon)
+        )
+        async with self.engines.read() as conn:
+            return int((await conn.execute(query)).scalar_one())
+
+    async def claim_due_fires(self, horizon: datetime, limit: int, plan: Planner) -> Claimed:
+        query = self._locking(
+            sa.select(
+                task_table.c.name,
+                task_table.c.next_fire_at,
+                task_table.c.spec_hash,
+                task_table.c.version,
+            )
+            .where(*can_fire(), task_table.c.next_fire_at <= horizon)
+            .order_by(task_table.c.next_fire_at)
+            .limit(limit),
+            skip_locked=True,
+        )
+        async with self.engines.write() as conn:
+            due = [DueTask(*row) for row in await conn.execute(query)]
+            plans = [(task, plan(task)) for task in due]
+            advanced = [(task, decided) for task, decided in plans if decided is not None]
+            if advanced:
+                moves = [{"name": t.name, "next_fire_at": p.next_fire_at} for t, p in advanced]
+                await conn.execute(self._advance_statement(), {"rows": self._advance_rows(moves)})
+            planned = [e for _, decided in advanced for e in decided.executions]
+            inserted = await self._insert_executions(conn, planned)
+        return Claimed(inserted, read=len(due), advanced=len(advanced))
+
+    def _advance_rows(self, moves: list[dict[str, Any]]) -> str:
+        return Rows(self.dialect.name, {"name": "text", "next_fire_at": "time"}).encode(moves)
+
+    def _advance_statement(self) -> sa.TextClause:
+        rows = Rows(self.dialect.name, {"name": "text", "next_fire_at": "time"})
+        return update_rows(
+            task_table,
+            rows,
+            key=["name"],
+            set_columns=["next_fire_at"],
+            extra="version = task.version + 1",
+            returning="name",
+        )
+
+    # -- starting what was claimed ----------------------------------------------------------
+
+    async def start_executions(
+        self, tasks: Collection[str], decide: Decider, *, later_of: Collection[str] = ()
+    ) -> list[Written]:
+        async with self.engines.write() as conn:
+            gates = await self._gates(conn, sorted(set(tasks)), sorted(set(later_of)))
+            writes = list(decide(gates))
+            stored = await self._save(conn, writes)
+        return [(before, after, done) for (before, after), done in zip(writes, stored, strict=True)]
+
+    async def _gates(
+        self, conn: AsyncConnection, names: list[str], later_of: list[str]
+    ) -> dict[str, Gate]:
+        """Each task's gate (see ``Gate``); the task rows locked on PostgreSQL, in name order."""
+        rows = await conn.execute(
+            self._locking(
+                sa.select(
+                    task_table.c.name,
+                    task_table.c.paused,
+                    task_table.c.paused_reason,
+                    task_table.c.retired,
+                )
+                .where(task_table.c.name.in_(names))
+                .order_by(task_table.c.name)
+            )
+        )
+        found = {row.name: row for row in rows}
+        active = await self._holders(conn, names)
+        later: dict[str, list[datetime]] = defaultdict(list)
+        if later_of:
+            query = sa.select(execution_table.c.task, execution_table.c.scheduled_at).where(
+                execution_table.c.task.in_(later_of),
+                execution_table.c.status == str(Status.SCHEDULED),
+                execution_table.c.trigger_kind == str(TriggerKind.SCHEDULE),
+            )
+            for task, when in await conn.execute(query):
+                later[task].append(when)
+        gates = {}
+        for name in names:
+            row = found.get(name)
+            gates[name] = Gate(
+                paused=bool(row and row.paused),
+                paused_reason=row.paused_reason if row else None,
+                retired=row is None or bool(row.retired),
+                active=tuple(active.get(name, ())),
+                later=tuple(sorted(later.get(name, ()))),
+            )
+        return gates
+
+    async def _holders(self, conn: AsyncConnection, names: list[str]) -> dict[str, list[Holder]]:
+        query = (
+            sa.select(
+                execution_table.c.task,
+                execution_table.c.eid,
+                execution_table.c.status,
+                execution_table.c.scheduled_at,
+                execution_table.c.trigger_kind,
+            )
+            .where(execution_table.c.task.in_(names), execution_table.c.status.in_(_ACTIVE))
+            .order_by(execution_table.c.scheduled_at, execution_table.c.eid)
+        )
+        holders: dict[str, list[Holder]] = defaultdict(list)
+        for task, eid, status, scheduled_at, kind in await conn.execute(query):
+            holders[task].append(Holder(eid, Status(status), scheduled_at, TriggerKind(kind)))
+        return holders
+
+    async def create_unless_active(self, execution: Execution) -> Execution | Holder | None:
+        async with self.engines.write() as conn:
+            await conn.execute(
+                self._locking(
+                    sa.select(task_table.c.name).where(task_table.c.name == execution.task)
+                )
+            )
+            active = (await self._holders(conn, [execution.task])).get(execution.task)
+            if active:
+                return active[0]
+            inserted = await self._insert_executions(conn, [execution])
+        return inserted[0] if inserted else None
+
+    # -- taking over, renewing, letting go --------------------------------------------------
+
+    async def claim_runnable(
+        self,
+        node: str,
+        now: datetime,
+        lease_for: Callable[[Execution], datetime],
+        limit: int,
+        *,
+        skip: Collection[str] = (),
+    ) -> list[Execution]:
+        free = sa.or_(execution_table.c.owner.is_(None), execution_table.c.lease_until < now)
+        query = self._locking(
+            sa.select(execution_table)
+            .where(execution_table.c.status.in_(_HELD), free)
+            .order_by(execution_table.c.lease_until)
+            .limit(limit * 2),  # room for this node's own overdue claims, which it skips
+            skip_locked=True,
+        )
+        async with self.engines.write() as conn:
+            found = [e for e in await self._read_executions(conn, query) if e.eid not in skip]
+            found = found[:limit]
+            if not found:
+                return []
+            rows = [{"eid": e.eid, "lease_until": lease_for(e)} for e in found]
+            taken = set(await self._take_rows(conn, node, rows, now))
+        return [
+            execution.evolve(
+                owner=node,
+                lease_until=lease_for(execution),
+                fence=execution.fence + 1,
+                version=execution.version + 1,
+            )
+            for execution in found
+            if execution.eid in taken
+        ]
+
+    async def _take_rows(
+        self, conn: AsyncConnection, node: str, rows: list[dict[str, Any]], now: datetime
+    ) -> list[str]:
+        """Give ``node`` the leases of those of ``rows`` (eid, lease_until) still held
+        (SCHEDULED or active) and free at ``now``, raising their fence; their eids."""
+        batch = Rows(self.dialect.name, {"eid": "text", "lease_until": "time"})
+        statement = update_rows(
+            execution_table,
+            batch,
+            key=["eid"],
+            set_columns=["lease_until"],
+            extra="owner = :node, fence = execution.fence + 1, version = execution.version + 1",
+            where=f"execution.status IN ({_HELD_SQL}) "
+            "AND (execution.owner IS NULL OR execution.lease_until < :now)",
+            returning="eid",
+        ).bindparams(sa.bindparam("now", type_=UTCDateTime()))
+        result = await conn.execute(
+            statement, {"rows": batch.encode(rows), "node": node, "now": now}
+        )
+        return list(result.scalars())
+
+    async def renew_leases(self, node: str, eids: Sequence[str], lease_until: datetime) -> set[str]:
+        renewed: set[str] = set()
+        async with self.engines.write() as conn:
+            for start in range(0, len(eids), _CHUNK):
+                rows = await conn.execute(
+                    sa.update(execution_table)
+                    .where(
+                        execution_table.c.eid.in_(eids[start : start + _CHUNK]),
+                        execution_table.c.owner == node,
+                        execution_table.c.status.in_(_ACTIVE),
+                    )
+                    .values(lease_until=lease_until)
+                    .returning(execution_table.c.eid)
+                )
+                renewed.update(rows.scalars())
+        return renewed
+
+    async def release_leases(self, node: str, eids: Sequence[str]) -> None:
+        async with self.engines.write() as conn:
+            for start in range(0, len(eids), _CHUNK):
+                await conn.execute(
+                    sa.update(execution_table)
+                    .where(
+                        execution_table.c.eid.in_(eids[start : start + _CHUNK]),
+                        execution_table.c.owner == node,
+                    )
+                    .values(owner=None, lease_until=None, version=execution_table.c.version + 1)
+                )
+
+    async def force_claim(
+        self, node: str, eids: Sequence[str], lease_until: datetime
+    ) -> list[Execution]:
+        if not eids:
+            return []
+        taken = (
+            sa.update(execution_table)
+            .where(execution_table.c.eid.in_(list(eids)), execution_table.c.status.in_(_ACTIVE))
+            .values(
+                owner=node,
+                lease_until=lease_until,
+                fence=execution_table.c.fence + 1,
+                version=execution_table.c.version + 1,
+            )
+            .returning(execution_table.c.eid)
+        )
+        async with self.engines.write() as conn:
+            done = list((await conn.execute(taken)).scalars())
+            if not done:
+                return []
+            query = sa.select(execution_table).where(execution_table.c.eid.in_(done))
+            return await self._read_executions(conn, query)
