@@ -7,7 +7,7 @@ and the patrol's stale force-claim.
 Two lengths of lease:
 
 - a fire time claimed ahead (SCHEDULED) is held until its start plus ``CLAIM_GRACE``: a
-  node that dies before starting it costs its own claims about a second, not ``lease_ttl``
+  node that dies before starting it costs its own claims under a second, not ``lease_ttl``
   ("A dead node costs its own work only"); another node takes it over then and triggers
   it with the same eid (the service dedupes on it);
 - a started execution is held for ``lease_ttl``, renewed at half of it; a dead node's are
@@ -34,10 +34,11 @@ from ecron.store.base import Claimed, Planner, Store
 log = structlog.get_logger(__name__)
 
 #: A claimed, never started fire time is held this long past its start.
-CLAIM_GRACE = timedelta(seconds=1)
+CLAIM_GRACE = timedelta(milliseconds=500)
 #: How often expired leases are looked for: claims of a dead node are taken over within
-#: ``CLAIM_GRACE`` plus this much after their start.
-TAKEOVER_EVERY = timedelta(milliseconds=500)
+#: ``CLAIM_GRACE`` plus this much after their start (so within a second: the next fire time
+#: of a task every second still comes after it).
+TAKEOVER_EVERY = timedelta(milliseconds=250)
 #: At most this many tasks are claimed, or executions taken over, in one transaction.
 CLAIM_BATCH = 1000
 #: Up to this many due tasks are claimed at once whatever the number of nodes; above it, a

@@ -25,7 +25,7 @@ from ecron.core import Execution, Status, Transition, TriggerKind, apply
 from ecron.errors import Conflict, NotFound, NothingToResume
 from ecron.executor.runner import Executor
 from ecron.ids import new_eid
-from ecron.leases import Leases
+from ecron.leases import TAKEOVER_EVERY, Leases
 from ecron.planning import (
     Claim,
     is_late,
@@ -111,7 +111,7 @@ class Scheduler:
             log.exception(event)
 
     async def _sleep(self) -> None:
-        timeout = min(self.settings.tick, timedelta(milliseconds=500)).total_seconds()
+        timeout = min(self.settings.tick, TAKEOVER_EVERY).total_seconds()
         with suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout=timeout)
 
