@@ -107,7 +107,7 @@ class Leases:
             split = due if due <= SMALL_CLAIM else -(-due // self.live_nodes)
             share = min(CLAIM_BATCH, split)
         claimed = await self.store.claim_due_fires(horizon, share, plan)
-        self.metrics.claims.labels(kind="fire").inc(claimed.advanced)
+        self.metrics.claims.labels(kind="fire").inc(len(claimed.executions))
         return claimed, claimed.read == share and claimed.advanced > 0
 
     def takeover_due(self, now: datetime) -> bool:
