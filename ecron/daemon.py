@@ -21,6 +21,7 @@ from ecron.clock import Clock
 from ecron.config.model import Config, TaskSpec, config_secrets
 from ecron.executor.http import HttpCaller
 from ecron.logs import hide
+from ecron.loop import loop_name
 from ecron.metrics import Metrics
 from ecron.notify import Notifier
 from ecron.parts import Parts
@@ -126,6 +127,7 @@ class Daemon:
             listen=settings.listen,
             port=self.port,
             tasks=len(self.specs),
+            loop=loop_name(),
         )
 
     async def _serve_api(self) -> None:

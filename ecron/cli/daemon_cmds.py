@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ecron import loop
 from ecron.cli import cli
 from ecron.config import Config, load_config
 from ecron.errors import ConfigError, EcronError
@@ -43,7 +44,7 @@ def run(directory: str) -> None:
     config = load_or_exit(directory)
     configure(config.daemon.log.format, config.daemon.log.level)
     try:
-        asyncio.run(run_until_signalled(config, reload=lambda: load_config(Path(directory))))
+        loop.run(run_until_signalled(config, reload=lambda: load_config(Path(directory))))
     except EcronError as exc:
         raise click.ClickException(str(exc)) from exc
 

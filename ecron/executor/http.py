@@ -13,10 +13,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
+from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+import orjson
 from multidict import CIMultiDict
+from prometheus_client import Counter, Histogram
 from yarl import URL
 
 from ecron.clock import iso
@@ -110,15 +113,21 @@ class HttpCaller:
     ) -> None:
         self.metrics = metrics
         self._polls: dict[CallContext, tuple[CallSettings, URL, CIMultiDict[str] | None]] = {}
+        self._children: dict[tuple[str, OutcomeKind], tuple[Counter, Histogram]] = {}
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
+        self._bodies: dict[int, tuple[CallSettings, bytes]] = {}
         self.session = session
         self.public_url = public_url.rstrip("/") if public_url else None
         self.callback_secret = callback_secret
         self.body_limit = body_limit
 
     async def trigger(self, call: CallSettings, ctx: CallContext) -> CallOutcome:
-        """``POST {url}`` with the task's body as JSON."""
-        body = json.dumps({} if call.body is None else call.body).encode()
-        return await self._request("POST", URL(call.url), call, ctx, body)
+        """``POST {url}`` with the task's body as JSON (encoded once per call settings)."""
+        cached = self._bodies.get(id(call))
+        if cached is None or cached[0] is not call:
+            encoded = json.dumps({} if call.body is None else call.body).encode()
+            cached = self._bodies[id(call)] = (call, encoded)
+        return await self._request("POST", URL(call.url), call, ctx, cached[1])
 
     async def poll(self, call: CallSettings, ctx: CallContext) -> CallOutcome:
         """``GET {poll_url}`` (the URL and the headers of an unsigned poll are worked out once
@@ -179,24 +188,41 @@ class HttpCaller:
         started = time.monotonic()
         if headers is None:  # signed calls are never prepared ahead: the time is in the signature
             headers = self.headers(method, url, call, ctx, body)
-        outcome = await self._send(method, url, call, ctx, body, headers)
+        outcome = await self._send(method, url, call, body, headers)
         if self.metrics is not None:
-            name = _CALL_NAMES[method]
-            self.metrics.http_calls.labels(call=name, outcome=str(outcome.kind)).inc()
-            self.metrics.http_duration.labels(call=name).observe(time.monotonic() - started)
+            calls, duration = self._series(method, outcome.kind)
+            calls.inc()
+            duration.observe(time.monotonic() - started)
         return outcome
+
+    def _series(self, method: str, kind: OutcomeKind) -> tuple[Counter, Histogram]:
+        """The metric children of one call and outcome, looked up once (a label lookup costs
+        more than the increment)."""
+        key = (method, kind)
+        found = self._children.get(key)
+        if found is None:
+            assert self.metrics is not None
+            name = _CALL_NAMES[method]
+            found = self._children[key] = (
+                self.metrics.http_calls.labels(call=name, outcome=str(kind)),
+                self.metrics.http_duration.labels(call=name),
+            )
+        return found
 
     async def _send(
         self,
         method: str,
         url: URL,
         call: CallSettings,
-        ctx: CallContext,
         body: bytes,
         headers: CIMultiDict[str],
     ) -> CallOutcome:
         seconds = call.request_timeout.total_seconds()
-        timeout = aiohttp.ClientTimeout(total=seconds, sock_connect=seconds)
+        timeout = self._timeouts.get(seconds)
+        if timeout is None:
+            timeout = self._timeouts[seconds] = aiohttp.ClientTimeout(
+                total=seconds, sock_connect=seconds
+            )
         try:
             async with self.session.request(
                 method,
@@ -220,8 +246,10 @@ class HttpCaller:
 
 async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
     """The body, or ``(first bytes, True)`` when it is longer than ``limit``."""
-    if response.content_length is not None and response.content_length > limit:
-        return b"", True
+    if response.content_length is not None:
+        if response.content_length > limit:
+            return b"", True
+        return await response.read(), False  # the common case: one read of a known length
     chunks: list[bytes] = []
     size = 0
     async for chunk in response.content.iter_chunked(64 * 1024):
@@ -242,7 +270,7 @@ def classify(
                 OutcomeKind.BAD_REPORT, http_status=status, detail=f"body over {BODY_LIMIT} bytes"
             )
         try:
-            report = parse_report(json.loads(content))
+            report = parse_report(_decode(content))
         except (ValueError, InvalidReport, RecursionError) as exc:  # deep nesting: not a report
             detail = str(exc)[:200] or type(exc).__name__
             return CallOutcome(OutcomeKind.BAD_REPORT, http_status=status, detail=detail)
@@ -259,6 +287,15 @@ def classify(
             detail=f"HTTP {status}",
         )
     return CallOutcome(OutcomeKind.REJECTED, http_status=status, detail=f"HTTP {status}")
+
+
+def _decode(content: bytes) -> Any:
+    """JSON with orjson; what it refuses (``NaN``, a big integer) with the standard library,
+    which reads exactly what it always did."""
+    try:
+        return orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return json.loads(content)
 
 
 def _retry_after(headers: Mapping[str, str] | None) -> float | None:
