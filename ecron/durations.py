@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 from decimal import Decimal
+from functools import lru_cache
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, PlainSerializer
@@ -45,8 +46,10 @@ def parse_duration(value: Any) -> timedelta:
         raise ValueError(f"{value!r} is too long a duration (at most 999999999d)") from None
 
 
+@lru_cache(maxsize=1024)
 def format_duration(value: timedelta) -> str:
-    """The shortest exact spelling of ``value`` in the units ``parse_duration`` reads."""
+    """The shortest exact spelling of ``value`` in the units ``parse_duration`` reads (a
+    config has few distinct durations, and every task's spec is written with them)."""
     ms = round(Decimal(value // _MICROSECOND) / 1000)
     if ms == 0:
         return "0s"

@@ -258,10 +258,15 @@ class TaskSpec(_Strict):
         return self
 
     @cached_property
+    def dumped(self) -> dict[str, Any]:
+        """The whole spec as JSON values (secrets included): do not change it."""
+        return self.model_dump(mode="json")
+
+    @cached_property
     def digest(self) -> str:
         """A digest of the whole spec (secrets included), to notice any change: the task
         row keeps the digest of the config it was synced from."""
-        text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        text = json.dumps(self.dumped, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()
 
     @cached_property
@@ -297,7 +302,9 @@ class TaskSpec(_Strict):
             )
         if inherited["url"] is None:
             raise ValueError(f"steps: step {step} has no url and the task sets none")
-        return CallSettings.model_validate(inherited)
+        # Every value was validated already, as a field of the task or of the step (by the
+        # same validators): built without validating again, a task costs half as much.
+        return CallSettings.model_construct(**inherited)
 
 
 class LogSettings(_Strict):

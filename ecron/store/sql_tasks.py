@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
 
 from ecron.config.model import TaskSpec
-from ecron.schedules import next_fire_time
+from ecron.schedules import Schedule, next_fire_time
 from ecron.store.base import SyncResult, TaskState
 from ecron.store.bulk import Rows, update_rows
 from ecron.store.engine import Engines
@@ -23,7 +23,9 @@ _REDACTED = "***"
 
 def spec_json(spec: TaskSpec) -> dict[str, Any]:
     """The spec as stored: JSON, with header values and secrets redacted."""
-    data = spec.model_dump(mode="json")
+    data = dict(spec.dumped)
+    if data.get("steps"):
+        data["steps"] = [dict(step) for step in data["steps"]]
 
     def redact(call: dict[str, Any]) -> None:
         if call.get("headers"):
@@ -55,7 +57,9 @@ class TaskOperations:
             ]
             gone = [name for name, row in rows.items() if name not in specs and not row.retired]
             if new:
-                await conn.execute(sa.insert(task_table), [_new_task(spec, now) for spec in new])
+                firsts = _FirstFireTimes(now)
+                rows_new = [_new_task(spec, now, firsts) for spec in new]
+                await conn.execute(sa.insert(task_table), rows_new)
                 result.added.extend(spec.name for spec in new)
             if changed:
                 query = sa.select(task_table).where(task_table.c.name.in_(changed))
@@ -172,13 +176,31 @@ def can_fire() -> list[sa.ColumnElement[bool]]:
     ]
 
 
-def _new_task(spec: TaskSpec, now: datetime) -> dict[str, Any]:
+class _FirstFireTimes:
+    """First fire times from one moment, worked out once per schedule (tasks that write a
+    schedule the same way share one ``Schedule``)."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+        self._found: dict[int, tuple[Schedule, datetime | None]] = {}
+
+    def of(self, schedule: Schedule) -> datetime | None:
+        found = self._found.get(id(schedule))
+        if found is None or found[0] is not schedule:
+            found = self._found[id(schedule)] = (schedule, next_fire_time(schedule, None, self.now))
+        return found[1]
+
+
+def _new_task(
+    spec: TaskSpec, now: datetime, firsts: _FirstFireTimes | None = None
+) -> dict[str, Any]:
+    firsts = firsts or _FirstFireTimes(now)
     return {
         "name": spec.name,
         "spec": spec_json(spec),
         "spec_hash": spec.digest,
         "schedule_text": spec.fire_schedule.text,
-        "next_fire_at": next_fire_time(spec.fire_schedule, None, now) if spec.enabled else None,
+        "next_fire_at": firsts.of(spec.fire_schedule) if spec.enabled else None,
         "enabled": spec.enabled,
         "created_at": now,
         "updated_at": now,
