@@ -82,9 +82,7 @@ async def test_200_run_requests_at_once_on_an_allow_task_give_200_executions(
     assert len(set(eids)) == 200
     assert len({e.scheduled_at for e in page.items}) == 200 == len(page.items)
     assert {user_service.starts[eid] for eid in eids} == {1}
-    assert all(
-        [c.method for c in user_service.calls_for(eid)].count("POST") == 1 for eid in eids
-    )
+    assert all([c.method for c in user_service.calls_for(eid)].count("POST") == 1 for eid in eids)
 
 
 async def test_run_requests_at_once_on_a_forbid_task_start_one_and_answer_it_to_the_rest(
