@@ -1,0 +1,200 @@
+"""``triggers``: N tasks ``{every: 1s}`` for D seconds. Are all fire times triggered, once
+each, on time, and persisted? Against in-memory APScheduler 3.11 posting the same triggers.
+
+    .venv/bin/python -m bench.triggers --tasks 2000 --duration 20 [--database postgresql]
+
+The user service (its own process, core 1) records every POST with its arrival time and
+``X-Ecron-Scheduled-At``, and answers ``SUCCESS`` at once, so nothing is left to poll. ecron
+(``python -m ecron run``) and then the baseline run on core 0, one after the other. Each is
+measured over the window that starts at the first whole second ``--warmup`` seconds after
+it is ready and lasts ``--duration`` seconds; triggers arriving up to ``--drain`` seconds
+after the window still count (late, with their lag).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sys
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.common import (
+    Child,
+    Daemon,
+    Databases,
+    Service,
+    emit,
+    parser,
+    percentile,
+    ratio,
+    rounded,
+    scratch_dir,
+    table,
+    write_config,
+)
+
+LABEL_ECRON = "ecron"
+LABEL_BASELINE = "baseline"
+
+
+def tasks_yaml(url: str, count: int, schedule: str) -> str:
+    """``count`` tasks named t0, t1, ... with ``schedule``, all posting to ``url``."""
+    lines = ["tasks:"]
+    for n in range(count):
+        lines += [f"  - name: t{n}", f"    schedule: {schedule}", f"    url: {url}"]
+    return "\n".join(lines) + "\n"
+
+
+def parse_when(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+def analyse(records: list[list[Any]], start: float, end: float, tasks: int) -> dict[str, Any]:
+    """The figures of one run from the service's records ``[arrival, task, scheduled, eid]``."""
+    seen: Counter[tuple[str, str]] = Counter()
+    first: dict[tuple[str, str], float] = {}
+    for arrival, task, scheduled, _eid in records:
+        key = (task, scheduled)
+        seen[key] += 1
+        first.setdefault(key, arrival)
+    lags = []
+    for (_task, scheduled), arrival in first.items():
+        at = parse_when(scheduled)
+        if start <= at < end:
+            lags.append((arrival - at) * 1000)
+    expected = tasks * round(end - start)
+    return {
+        "expected": expected,
+        "triggered": len(lags),
+        "missed": expected - len(lags),
+        "duplicates": sum(n - 1 for n in seen.values() if n > 1),
+        "lag_ms_p50": rounded(percentile(lags, 50)),
+        "lag_ms_p99": rounded(percentile(lags, 99)),
+        "lag_ms_max": rounded(max(lags) if lags else None),
+        "posts_received": len(records),
+    }
+
+
+async def measure(
+    child: Child, ready_at: float, service: Service, label: str, args: Any
+) -> dict[str, Any]:
+    """Measure ``child`` over its window; the figures."""
+    start = math.ceil(ready_at + args.warmup)
+    end = start + args.duration
+    await asyncio.sleep(max(0.0, start - time.time()))
+    cpu = child.cpu_seconds()
+    await asyncio.sleep(max(0.0, end - time.time()))
+    cpu = child.cpu_seconds() - cpu
+    rss = child.rss()
+    await asyncio.sleep(args.drain)
+    records = (await service.get(f"/_stats/triggers/{label}"))["records"]
+    figures = analyse(records, start, end, args.tasks)
+    figures.update(
+        window_start=datetime.fromtimestamp(start, UTC).isoformat(),
+        cpu_percent=round(100 * cpu / args.duration, 1),
+        rss_mib=round(rss / 2**20, 1),
+    )
+    return figures
+
+
+async def count_rows(url: str, start: float, end: float) -> dict[str, int]:
+    """Execution rows whose fire time lies in the window: all of them, and SUCCESS ones."""
+    import sqlalchemy as sa
+
+    from ecron.store.engine import Engines
+    from ecron.store.tables import execution_table as ex
+
+    engines = Engines(url)
+    window = (
+        ex.c.scheduled_at >= datetime.fromtimestamp(start, UTC),
+        ex.c.scheduled_at < datetime.fromtimestamp(end, UTC),
+    )
+    try:
+        async with engines.read() as conn:
+            rows = await conn.execute(
+                sa.select(ex.c.status, sa.func.count()).where(*window).group_by(ex.c.status)
+            )
+            by_status = {status: int(n) for status, n in rows}
+    finally:
+        await engines.dispose()
+    return {"rows": sum(by_status.values()), "rows_success": by_status.get("SUCCESS", 0)}
+
+
+async def run_ecron(args: Any, service: Service, url: str, scratch: Path) -> dict[str, Any]:
+    yaml = tasks_yaml(f"{service.url}/jobs/{LABEL_ECRON}", args.tasks, "{every: 1s}")
+    config = write_config(scratch / "config", yaml)
+    spawned = time.time()
+    daemon = Daemon.start(config, url, scratch)
+    try:
+        ready_at = await daemon.wait_ready(args.ready_timeout)
+        figures = await measure(daemon.child, ready_at, service, LABEL_ECRON, args)
+        figures["ready_s"] = round(ready_at - spawned, 2)
+    finally:
+        await daemon.child.stop()
+    start = datetime.fromisoformat(figures["window_start"]).timestamp()
+    figures.update(await count_rows(url, start, start + args.duration))
+    figures["every_execution_persisted"] = figures["rows_success"] >= figures["triggered"]
+    return figures
+
+
+async def run_baseline(args: Any, service: Service, scratch: Path) -> dict[str, Any]:
+    command = [sys.executable, "-m", "bench.baseline_scheduler", "every"]
+    command += ["--tasks", str(args.tasks), "--url", f"{service.url}/jobs/{LABEL_BASELINE}"]
+    child = Child.start("apscheduler", command, 0, scratch, {})
+    try:
+        await child.wait_line("ready", args.ready_timeout)
+        return await measure(child, time.time(), service, LABEL_BASELINE, args)
+    finally:
+        await child.stop()
+
+
+async def run(args: Any) -> dict[str, Any]:
+    with scratch_dir(args.keep) as scratch, Databases(args.database, scratch) as databases:
+        async with Service.running("triggers", scratch) as service:
+            mine = await run_ecron(args, service, databases.new(), scratch)
+            theirs = await run_baseline(args, service, scratch)
+    report(args, mine, theirs)
+    params = {k: getattr(args, k) for k in ("database", "tasks", "duration", "warmup", "drain")}
+    ratios = {
+        "lag_p99": ratio(mine["lag_ms_p99"], theirs["lag_ms_p99"]),
+        "cpu": ratio(mine["cpu_percent"], theirs["cpu_percent"]),
+    }
+    return emit("triggers", params, {"ecron": mine, "baseline": theirs, "ratio": ratios})
+
+
+def report(args: Any, mine: dict[str, Any], theirs: dict[str, Any]) -> None:
+    keys = [
+        ("fire times expected", "expected"),
+        ("triggered", "triggered"),
+        ("missed", "missed"),
+        ("duplicates", "duplicates"),
+        ("lag p50, ms", "lag_ms_p50"),
+        ("lag p99, ms", "lag_ms_p99"),
+        ("lag max, ms", "lag_ms_max"),
+        ("CPU, % of a core", "cpu_percent"),
+        ("RSS, MiB", "rss_mib"),
+        ("rows in the window", "rows"),
+        ("rows SUCCESS", "rows_success"),
+    ]
+    title = (
+        f"triggers: {args.tasks} tasks {{every: 1s}}, {args.duration}s window, {args.database}"
+    )
+    table(title, [(label, mine.get(k), theirs.get(k)) for label, k in keys], ("ecron", "APScheduler"))
+
+
+def main(argv: list[str] | None = None) -> None:
+    options = parser(__doc__.split("\n\n")[0])
+    options.add_argument("--tasks", type=int, default=2000)
+    options.add_argument("--duration", type=int, default=20, help="measured window, seconds")
+    options.add_argument("--warmup", type=float, default=5.0, help="seconds after ready")
+    options.add_argument("--drain", type=float, default=5.0, help="seconds for late triggers")
+    options.add_argument("--ready-timeout", type=float, default=300.0)
+    asyncio.run(run(options.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()
