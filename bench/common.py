@@ -19,6 +19,7 @@ import time
 import warnings
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -111,13 +112,11 @@ class Child:
         """SIGTERM, then SIGKILL if it does not end within ``timeout``; the exit status."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while self.process.poll() is None and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        if self.process.poll() is None:
+        try:
+            return await asyncio.to_thread(self.process.wait, timeout)
+        except subprocess.TimeoutExpired:
             self.process.kill()
-            self.process.wait(10)
-        return self.process.returncode
+            return await asyncio.to_thread(self.process.wait, 10)
 
 
 class PeakRss:
@@ -195,6 +194,14 @@ def write_config(directory: Path, tasks_yaml: str, settings: str = "") -> Path:
     (directory / "ecron.yaml").write_text(DAEMON_SETTINGS + settings)
     (directory / "tasks" / "jobs.yaml").write_text(tasks_yaml)
     return directory
+
+
+def tasks_yaml(url: str, count: int, schedule: str) -> str:
+    """``count`` tasks named t0, t1, ... with ``schedule``, all posting to ``url``."""
+    lines = ["tasks:"]
+    for n in range(count):
+        lines += [f"  - name: t{n}", f"    schedule: {schedule}", f"    url: {url}"]
+    return "\n".join(lines) + "\n"
 
 
 @dataclass
@@ -303,6 +310,29 @@ async def migrate(url: str) -> None:
         await upgrade(engines)
     finally:
         await engines.dispose()
+
+
+async def count_rows(url: str, start: float, end: float) -> dict[str, int]:
+    """Execution rows whose fire time lies in the window: all of them, and SUCCESS ones."""
+    import sqlalchemy as sa
+
+    from ecron.store.engine import Engines
+    from ecron.store.tables import execution_table as ex
+
+    engines = Engines(url)
+    window = (
+        ex.c.scheduled_at >= datetime.fromtimestamp(start, UTC),
+        ex.c.scheduled_at < datetime.fromtimestamp(end, UTC),
+    )
+    try:
+        async with engines.read() as conn:
+            rows = await conn.execute(
+                sa.select(ex.c.status, sa.func.count()).where(*window).group_by(ex.c.status)
+            )
+            by_status = {status: int(n) for status, n in rows}
+    finally:
+        await engines.dispose()
+    return {"rows": sum(by_status.values()), "rows_success": by_status.get("SUCCESS", 0)}
 
 
 # -- arguments, figures and output -----------------------------------------------------------

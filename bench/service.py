@@ -51,9 +51,14 @@ class State:
         self.finished = 0
 
 
-def make_app(state: State) -> web.Application:
-    async def trigger(request: web.Request) -> web.Response:
-        headers = request.headers
+class Handlers:
+    """The HTTP handlers, over one ``State``."""
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+
+    async def trigger(self, request: web.Request) -> web.Response:
+        state, headers = self.state, request.headers
         state.triggers.setdefault(request.match_info["label"], []).append(
             (
                 time.time(),
@@ -64,7 +69,8 @@ def make_app(state: State) -> web.Application:
         )
         return web.json_response(SUCCESS if state.mode == "triggers" else RUNNING_ZERO)
 
-    async def poll(request: web.Request) -> web.Response:
+    async def poll(self, request: web.Request) -> web.Response:
+        state = self.state
         if state.mode == "triggers":
             return web.json_response(SUCCESS)
         eid = request.match_info["eid"]
@@ -85,39 +91,48 @@ def make_app(state: State) -> web.Application:
         kept.append(progress)
         return web.json_response({"status": "RUNNING", "progress": progress})
 
-    async def cancel(request: web.Request) -> web.Response:
+    async def cancel(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "FAILED", "message": "cancelled"})
 
-    async def triggers(request: web.Request) -> web.Response:
-        return web.json_response({"records": state.triggers.get(request.match_info["label"], [])})
+    async def triggers(self, request: web.Request) -> web.Response:
+        label = request.match_info["label"]
+        return web.json_response({"records": self.state.triggers.get(label, [])})
 
-    async def mark(request: web.Request) -> web.Response:
-        state.window_polls = 0
-        state.window_started = time.monotonic()
-        state.intervals = []
+    async def count(self, request: web.Request) -> web.Response:
+        label = request.match_info["label"]
+        return web.json_response({"count": len(self.state.triggers.get(label, []))})
+
+    async def mark(self, request: web.Request) -> web.Response:
+        self.state.window_polls = 0
+        self.state.window_started = time.monotonic()
+        self.state.intervals = []
         return web.json_response({"marked": True})
 
-    async def polls(request: web.Request) -> web.Response:
-        return web.json_response(poll_stats(state))
+    async def polls(self, request: web.Request) -> web.Response:
+        return web.json_response(poll_stats(self.state))
 
-    async def progress(request: web.Request) -> web.Response:
-        return web.json_response({eid: list(kept) for eid, kept in state.progress.items()})
+    async def progress(self, request: web.Request) -> web.Response:
+        return web.json_response({eid: list(kept) for eid, kept in self.state.progress.items()})
 
-    async def reset(request: web.Request) -> web.Response:
-        state.clear()
+    async def reset(self, request: web.Request) -> web.Response:
+        self.state.clear()
         return web.json_response({"reset": True})
 
+
+def make_app(state: State) -> web.Application:
+    handlers = Handlers(state)
     app = web.Application()
     app.add_routes(
         [
-            web.post("/jobs/{label}", trigger),
-            web.get("/jobs/{label}/{eid}", poll),
-            web.delete("/jobs/{label}/{eid}", cancel),
-            web.get("/_stats/triggers/{label}", triggers),
-            web.get("/_stats/polls", polls),
-            web.get("/_stats/progress", progress),
-            web.post("/_mark", mark),
-            web.post("/_reset", reset),
+            web.post("/jobs/{label}", handlers.trigger),
+            web.get("/jobs/{label}/{eid}", handlers.poll),
+            web.delete("/jobs/{label}/{eid}", handlers.cancel),
+            web.get("/_stats/triggers/{label}", handlers.triggers),
+            web.get("/_stats/count/{label}", handlers.count),
+            web.get("/_stats/polls", handlers.polls),
+            web.get("/_stats/progress", handlers.progress),
+            web.post("/_mark", handlers.mark),
+            web.post("/_reset", handlers.reset),
         ]
     )
     return app
@@ -156,9 +171,7 @@ def main() -> None:
     options = args.parse_args()
     app = make_app(State(options.mode))
 
-    web.run_app(
-        app, host="127.0.0.1", port=options.port, print=None, access_log=None, backlog=4096
-    )
+    web.run_app(app, host="127.0.0.1", port=options.port, print=None, access_log=None, backlog=4096)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from bench.common import (
     Daemon,
     Databases,
     Service,
+    count_rows,
     emit,
     parser,
     percentile,
@@ -34,19 +35,12 @@ from bench.common import (
     rounded,
     scratch_dir,
     table,
+    tasks_yaml,
     write_config,
 )
 
 LABEL_ECRON = "ecron"
 LABEL_BASELINE = "baseline"
-
-
-def tasks_yaml(url: str, count: int, schedule: str) -> str:
-    """``count`` tasks named t0, t1, ... with ``schedule``, all posting to ``url``."""
-    lines = ["tasks:"]
-    for n in range(count):
-        lines += [f"  - name: t{n}", f"    schedule: {schedule}", f"    url: {url}"]
-    return "\n".join(lines) + "\n"
 
 
 def parse_when(text: str) -> float:
@@ -99,29 +93,6 @@ async def measure(
         rss_mib=round(rss / 2**20, 1),
     )
     return figures
-
-
-async def count_rows(url: str, start: float, end: float) -> dict[str, int]:
-    """Execution rows whose fire time lies in the window: all of them, and SUCCESS ones."""
-    import sqlalchemy as sa
-
-    from ecron.store.engine import Engines
-    from ecron.store.tables import execution_table as ex
-
-    engines = Engines(url)
-    window = (
-        ex.c.scheduled_at >= datetime.fromtimestamp(start, UTC),
-        ex.c.scheduled_at < datetime.fromtimestamp(end, UTC),
-    )
-    try:
-        async with engines.read() as conn:
-            rows = await conn.execute(
-                sa.select(ex.c.status, sa.func.count()).where(*window).group_by(ex.c.status)
-            )
-            by_status = {status: int(n) for status, n in rows}
-    finally:
-        await engines.dispose()
-    return {"rows": sum(by_status.values()), "rows_success": by_status.get("SUCCESS", 0)}
 
 
 async def run_ecron(args: Any, service: Service, url: str, scratch: Path) -> dict[str, Any]:
@@ -180,10 +151,9 @@ def report(args: Any, mine: dict[str, Any], theirs: dict[str, Any]) -> None:
         ("rows in the window", "rows"),
         ("rows SUCCESS", "rows_success"),
     ]
-    title = (
-        f"triggers: {args.tasks} tasks {{every: 1s}}, {args.duration}s window, {args.database}"
-    )
-    table(title, [(label, mine.get(k), theirs.get(k)) for label, k in keys], ("ecron", "APScheduler"))
+    title = f"triggers: {args.tasks} tasks {{every: 1s}}, {args.duration}s window, {args.database}"
+    rows = [(label, mine.get(k), theirs.get(k)) for label, k in keys]
+    table(title, rows, ("ecron", "APScheduler"))
 
 
 def main(argv: list[str] | None = None) -> None:
