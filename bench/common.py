@@ -192,12 +192,15 @@ def write_config(directory: Path, tasks_yaml: str, settings: str = "") -> Path:
     ``tasks/jobs.yaml`` holding ``tasks_yaml``."""
     (directory / "tasks").mkdir(parents=True, exist_ok=True)
     (directory / "ecron.yaml").write_text(DAEMON_SETTINGS + settings)
-    (directory / "tasks" / "jobs.yaml").write_text(tasks_yaml)
+    if tasks_yaml:  # a task file must hold at least one task
+        (directory / "tasks" / "jobs.yaml").write_text(tasks_yaml)
     return directory
 
 
 def tasks_yaml(url: str, count: int, schedule: str) -> str:
     """``count`` tasks named t0, t1, ... with ``schedule``, all posting to ``url``."""
+    if not count:
+        return ""
     lines = ["tasks:"]
     for n in range(count):
         lines += [f"  - name: t{n}", f"    schedule: {schedule}", f"    url: {url}"]
