@@ -30,6 +30,7 @@ from bench.common import (
     count_rows,
     emit,
     parser,
+    profiler,
     ratio,
     rounded,
     scratch_dir,
@@ -81,13 +82,17 @@ async def measure(
     """Watch ``child`` through the burst at ``at``; its figures."""
     with PeakRss(child) as peak:
         await asyncio.sleep(max(0.0, at - 1 - time.time()))
+        recorder = profiler(args, child, label == LABEL_ECRON)
         cpu = child.cpu_seconds()
         await wait_all(service, label, args.tasks, at, args.timeout)
         await asyncio.sleep(0.5)  # a duplicate right behind the last one would show
         cpu = child.cpu_seconds() - cpu
+        profile = await recorder.stop() if recorder else None
     records = (await service.get(f"/_stats/triggers/{label}"))["records"]
     figures = analyse(records, at, args.tasks)
     figures.update(cpu_s=round(cpu, 2), peak_rss_mib=round(peak.peak / 2**20, 1))
+    if profile is not None:
+        figures["profile"] = profile
     return figures
 
 
@@ -152,6 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     options.add_argument("--lead", type=float, default=30.0, help="spawn to fire time, s")
     options.add_argument("--baseline-lead", type=float, default=10.0)
     options.add_argument("--timeout", type=float, default=120.0, help="after the fire time, s")
+    options.add_argument("--profile", help="py-spy raw profile of ecron in the burst, to FILE")
     asyncio.run(run(options.parse_args(argv)))
 
 

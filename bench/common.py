@@ -143,6 +143,15 @@ class PeakRss:
             self._task.cancel()
 
 
+def profiler(args: Any, child: Child, wanted: bool = True) -> Any:
+    """A py-spy recorder on ``child`` when ``--profile FILE`` was given (and ``wanted``)."""
+    if not wanted or not getattr(args, "profile", None):
+        return None
+    from bench.profile import Recorder
+
+    return Recorder(child.process.pid, Path(args.profile))
+
+
 # -- the user service ------------------------------------------------------------------------
 
 
@@ -303,19 +312,7 @@ class Databases:
             await conn.close()
 
 
-async def migrate(url: str) -> None:
-    """Create ecron's schema in ``url`` (for benchmarks that write rows before a daemon runs)."""
-    from ecron.store.engine import Engines
-    from ecron.store.migrate import upgrade
-
-    engines = Engines(url)
-    try:
-        await upgrade(engines)
-    finally:
-        await engines.dispose()
-
-
-async def count_rows(url: str, start: float, end: float) -> dict[str, int]:
+async def count_rows(url: str, start: float, end: float) -> dict[str, Any]:
     """Execution rows whose fire time lies in the window: all of them, and SUCCESS ones."""
     import sqlalchemy as sa
 
@@ -335,7 +332,11 @@ async def count_rows(url: str, start: float, end: float) -> dict[str, int]:
             by_status = {status: int(n) for status, n in rows}
     finally:
         await engines.dispose()
-    return {"rows": sum(by_status.values()), "rows_success": by_status.get("SUCCESS", 0)}
+    return {
+        "rows": sum(by_status.values()),
+        "rows_success": by_status.get("SUCCESS", 0),
+        "rows_by_status": by_status,
+    }
 
 
 # -- arguments, figures and output -----------------------------------------------------------
@@ -395,6 +396,13 @@ def machine() -> dict[str, Any]:
 def emit(name: str, params: dict[str, Any], figures: dict[str, Any]) -> dict[str, Any]:
     """Print the one JSON line of this run (it starts with ``{"bench": "<name>"``)."""
     line = {"bench": name, "params": params, **figures, "machine": machine()}
+    profile = (
+        figures.get("ecron", {}).get("profile") if isinstance(figures.get("ecron"), dict) else None
+    )
+    if profile:
+        from bench.profile import show
+
+        show(profile)
     print(json.dumps(line, default=str), flush=True)
     return line
 

@@ -29,6 +29,7 @@ from bench.common import (
     Service,
     emit,
     parser,
+    profiler,
     ratio,
     rounded,
     scratch_dir,
@@ -113,10 +114,13 @@ async def measure(child: Child, service: Service, count: int, args: Any) -> dict
     """Polls, CPU and memory of ``child`` over the window, once ``count`` are in flight."""
     figures = await ramp(service, child, count, args.ramp_timeout)
     await service.post("/_mark")
+    recorder = profiler(args, child, child.name == "ecron")
     cpu = child.cpu_seconds()
     await asyncio.sleep(args.duration)
     cpu = child.cpu_seconds() - cpu
     stats = await service.get("/_stats/polls")
+    if recorder is not None:
+        figures["profile"] = await recorder.stop()
     polls = stats["polls"]
     figures.update(
         in_flight=count,
@@ -241,6 +245,7 @@ def main(argv: list[str] | None = None) -> None:
     options.add_argument("--settle", type=float, default=3.0, help="idle wait before, s")
     options.add_argument("--ramp-timeout", type=float, default=300.0)
     options.add_argument("--ready-timeout", type=float, default=120.0)
+    options.add_argument("--profile", help="py-spy raw profile of ecron in the window, to FILE")
     asyncio.run(run(options.parse_args(argv)))
 
 

@@ -31,6 +31,7 @@ from bench.common import (
     emit,
     parser,
     percentile,
+    profiler,
     ratio,
     rounded,
     scratch_dir,
@@ -60,6 +61,12 @@ def analyse(records: list[list[Any]], start: float, end: float, tasks: int) -> d
         at = parse_when(scheduled)
         if start <= at < end:
             lags.append((arrival - at) * 1000)
+    # Whatever its fire time: how fast triggers went out during the window, and how late.
+    during = [
+        (arrival - parse_when(sched)) * 1000
+        for arrival, _t, sched, _e in records
+        if start <= arrival < end
+    ]
     expected = tasks * round(end - start)
     return {
         "expected": expected,
@@ -70,6 +77,9 @@ def analyse(records: list[list[Any]], start: float, end: float, tasks: int) -> d
         "lag_ms_p99": rounded(percentile(lags, 99)),
         "lag_ms_max": rounded(max(lags) if lags else None),
         "posts_received": len(records),
+        "fired_per_s": round(len(during) / (end - start), 1),
+        "fired_lag_ms_p50": rounded(percentile(during, 50)),
+        "fired_lag_ms_p99": rounded(percentile(during, 99)),
     }
 
 
@@ -80,10 +90,12 @@ async def measure(
     start = math.ceil(ready_at + args.warmup)
     end = start + args.duration
     await asyncio.sleep(max(0.0, start - time.time()))
+    recorder = profiler(args, child, label == LABEL_ECRON)
     cpu = child.cpu_seconds()
     await asyncio.sleep(max(0.0, end - time.time()))
     cpu = child.cpu_seconds() - cpu
     rss = child.rss()
+    profile = await recorder.stop() if recorder else None
     await asyncio.sleep(args.drain)
     records = (await service.get(f"/_stats/triggers/{label}"))["records"]
     figures = analyse(records, start, end, args.tasks)
@@ -92,6 +104,8 @@ async def measure(
         cpu_percent=round(100 * cpu / args.duration, 1),
         rss_mib=round(rss / 2**20, 1),
     )
+    if profile is not None:
+        figures["profile"] = profile
     return figures
 
 
@@ -146,6 +160,9 @@ def report(args: Any, mine: dict[str, Any], theirs: dict[str, Any]) -> None:
         ("lag p50, ms", "lag_ms_p50"),
         ("lag p99, ms", "lag_ms_p99"),
         ("lag max, ms", "lag_ms_max"),
+        ("triggers sent/s in the window", "fired_per_s"),
+        ("  their lag p50, ms", "fired_lag_ms_p50"),
+        ("  their lag p99, ms", "fired_lag_ms_p99"),
         ("CPU, % of a core", "cpu_percent"),
         ("RSS, MiB", "rss_mib"),
         ("rows in the window", "rows"),
@@ -163,6 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     options.add_argument("--warmup", type=float, default=5.0, help="seconds after ready")
     options.add_argument("--drain", type=float, default=5.0, help="seconds for late triggers")
     options.add_argument("--ready-timeout", type=float, default=300.0)
+    options.add_argument("--profile", help="py-spy raw profile of ecron in the window, to FILE")
     asyncio.run(run(options.parse_args(argv)))
 
 
