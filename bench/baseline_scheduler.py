@@ -65,8 +65,8 @@ def trigger_of(args: argparse.Namespace) -> IntervalTrigger | CronTrigger:
         start = now.replace(microsecond=0) + timedelta(seconds=1)
         return IntervalTrigger(seconds=1, start_date=start, timezone=UTC)
     at = datetime.fromtimestamp(args.at, UTC)
+    # The same fields as ecron's 6-field cron: that second of that day, once a year.
     return CronTrigger(
-        year=at.year,
         month=at.month,
         day=at.day,
         hour=at.hour,

@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     options.add_argument("--tasks", type=int, default=10_000)
     options.add_argument("--lead", type=float, default=30.0, help="spawn to fire time, s")
     options.add_argument("--baseline-lead", type=float, default=10.0)
-    options.add_argument("--timeout", type=float, default=120.0, help="after the fire time, s")
+    options.add_argument("--timeout", type=float, default=300.0, help="after the fire time, s")
     options.add_argument("--profile", help="py-spy raw profile of ecron in the burst, to FILE")
     asyncio.run(run(options.parse_args(argv)))
 

@@ -31,6 +31,7 @@ from bench.common import (
     wait_http,
     write_config,
 )
+from bench.profile import Recorder, show
 
 BARE_APP = """
 import sys
@@ -43,14 +44,20 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log
 """
 
 
-async def time_daemon(config: Path, url: str, scratch: Path, timeout: float) -> tuple[float, int]:
-    """Spawn the daemon; (seconds until /healthz answered, RSS then). It is stopped after."""
+async def time_daemon(
+    config: Path, url: str, scratch: Path, timeout: float, profile: str | None = None
+) -> tuple[float, int]:
+    """Spawn the daemon; (seconds until /healthz answered, RSS then). It is stopped after.
+    With ``profile``, py-spy records it from its spawn until it answers."""
     spawned = time.time()
     daemon = Daemon.start(config, url, scratch)
+    recorder = Recorder(daemon.child.process.pid, Path(profile)) if profile else None
     try:
         ready = await daemon.wait_ready(timeout, "/healthz")
         return ready - spawned, daemon.child.rss()
     finally:
+        if recorder is not None:
+            show(await recorder.stop())
         await daemon.child.stop()
 
 
@@ -85,15 +92,17 @@ async def measure_size(
         tasks_yaml("http://127.0.0.1:9/jobs/none", tasks, '"0 3 * * *"'),
     )
     fresh, existing = [], []
-    for _ in range(args.runs):
+    for attempt in range(args.runs):
         url = databases.new()
-        fresh.append(await time_daemon(config, url, scratch, args.timeout))
+        profile = args.profile if attempt == 0 and tasks == args.largest else None
+        fresh.append(await time_daemon(config, url, scratch, args.timeout, profile))
         existing.append(await time_daemon(config, url, scratch, args.timeout))
     return {"tasks": tasks, "fresh": summary(fresh), "existing": summary(existing)}
 
 
 async def run(args: Any) -> dict[str, Any]:
     sizes = [int(n) for n in args.tasks.split(",")]
+    args.largest = max(sizes)
     with scratch_dir(args.keep) as scratch, Databases(args.database, scratch) as databases:
         mine = [await measure_size(n, args, databases, scratch) for n in sizes]
         theirs = summary([await time_bare(scratch, args.timeout) for _ in range(args.runs)])
@@ -122,6 +131,9 @@ def main(argv: list[str] | None = None) -> None:
     options.add_argument("--tasks", default="0,1000,10000", help="comma-separated sizes")
     options.add_argument("--runs", type=int, default=3)
     options.add_argument("--timeout", type=float, default=300.0, help="per start, s")
+    options.add_argument(
+        "--profile", help="py-spy raw profile of the first fresh start of the largest size"
+    )
     asyncio.run(run(options.parse_args(argv)))
 
 

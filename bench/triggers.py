@@ -111,6 +111,8 @@ async def measure(
 
 async def run_ecron(args: Any, service: Service, url: str, scratch: Path) -> dict[str, Any]:
     yaml = tasks_yaml(f"{service.url}/jobs/{LABEL_ECRON}", args.tasks, "{every: 1s}")
+    if args.concurrency:
+        yaml = yaml.replace("    schedule:", f"    concurrency: {args.concurrency}\n    schedule:")
     config = write_config(scratch / "config", yaml)
     spawned = time.time()
     daemon = Daemon.start(config, url, scratch)
@@ -143,7 +145,8 @@ async def run(args: Any) -> dict[str, Any]:
             mine = await run_ecron(args, service, databases.new(), scratch)
             theirs = await run_baseline(args, service, scratch)
     report(args, mine, theirs)
-    params = {k: getattr(args, k) for k in ("database", "tasks", "duration", "warmup", "drain")}
+    keys = ("database", "tasks", "duration", "warmup", "drain", "concurrency")
+    params = {k: getattr(args, k) for k in keys}
     ratios = {
         "lag_p99": ratio(mine["lag_ms_p99"], theirs["lag_ms_p99"]),
         "cpu": ratio(mine["cpu_percent"], theirs["cpu_percent"]),
@@ -180,6 +183,9 @@ def main(argv: list[str] | None = None) -> None:
     options.add_argument("--warmup", type=float, default=5.0, help="seconds after ready")
     options.add_argument("--drain", type=float, default=5.0, help="seconds for late triggers")
     options.add_argument("--ready-timeout", type=float, default=300.0)
+    options.add_argument(
+        "--concurrency", choices=["allow", "forbid", "replace"], help="the tasks' (default: theirs)"
+    )
     options.add_argument("--profile", help="py-spy raw profile of ecron in the window, to FILE")
     asyncio.run(run(options.parse_args(argv)))
 
