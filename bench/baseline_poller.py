@@ -1,8 +1,9 @@
 """The baseline of ``polls``: a plain aiohttp poller with no database.
 
-One ``ClientSession``, a heap of next-poll times, and 100 worker coroutines fed from the heap
-through a bounded queue; each answer is read as JSON, and its id goes back on the heap
-``--interval`` seconds after the answer (as ecron's ``poll_interval`` does).
+One ``ClientSession``, a heap of next-poll times, and 100 worker coroutines fed from the
+heap (a dispatcher moves every due id to the workers' queue in one wake-up); each answer is
+read as JSON, and its id goes back on the heap ``--interval`` seconds after the answer (as
+ecron's ``poll_interval`` does).
 
 ``python -m bench.baseline_poller --url URL --ids N`` prints ``ready``, waits for SIGUSR1
 (so its idle memory can be read first), polls ``URL/b<n>`` for n < N until SIGTERM, and
@@ -27,7 +28,7 @@ class Poller:
         self.url = url
         self.interval = interval
         self.heap: list[tuple[float, str]] = []
-        self.queue: asyncio.Queue[str] = asyncio.Queue(maxsize=1)
+        self.queue: asyncio.Queue[str] = asyncio.Queue()
         self.pushed = asyncio.Event()
         self.polls = 0
         self.failures = 0
@@ -46,14 +47,14 @@ class Poller:
                 self.pushed.clear()
                 await self.pushed.wait()
                 continue
-            due, eid = self.heap[0]
-            delay = due - loop.time()
+            now = loop.time()
+            delay = self.heap[0][0] - now
             if delay > 0:
                 # A new entry is always due later than the top, so sleeping to the top is safe.
                 await asyncio.sleep(delay)
                 continue
-            heapq.heappop(self.heap)
-            await self.queue.put(eid)
+            while self.heap and self.heap[0][0] <= now:  # everything due, in one wake-up
+                self.queue.put_nowait(heapq.heappop(self.heap)[1])
 
     async def work(self) -> None:
         loop = asyncio.get_running_loop()

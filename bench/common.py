@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -69,7 +70,11 @@ class Child:
     ) -> Child:
         """Start ``command`` on ``core``; stdout and stderr go to a file (a pipe could fill)."""
         log_path = logs / f"{name}.log"
-        with log_path.open("ab") as log:
+        for n in itertools.count(2):  # a new file per process: wait_line reads it from the top
+            if not log_path.exists():
+                break
+            log_path = logs / f"{name}-{n}.log"
+        with log_path.open("wb") as log:
             process = subprocess.Popen(
                 pinned(command, core),
                 stdout=log,

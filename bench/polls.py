@@ -119,9 +119,9 @@ async def measure(child: Child, service: Service, count: int, args: Any) -> dict
     figures = await ramp(service, child, count, args.ramp_timeout)
     await service.post("/_mark")
     recorder = profiler(args, child, child.name == "ecron")
-    cpu = child.cpu_seconds()
+    cpu, service_cpu = child.cpu_seconds(), service.child.cpu_seconds()
     await asyncio.sleep(args.duration)
-    cpu = child.cpu_seconds() - cpu
+    cpu, service_cpu = child.cpu_seconds() - cpu, service.child.cpu_seconds() - service_cpu
     stats = await service.get("/_stats/polls")
     if recorder is not None:
         figures["profile"] = await recorder.stop()
@@ -135,6 +135,7 @@ async def measure(child: Child, service: Service, count: int, args: Any) -> dict
         cpu_percent=round(100 * cpu / args.duration, 1),
         cpu_us_per_poll=round(cpu / polls * 1e6, 1) if polls else None,
         rss_mib=round(child.rss() / 2**20, 1),
+        service_cpu_percent=round(100 * service_cpu / args.duration, 1),
     )
     return figures
 
@@ -230,6 +231,7 @@ def report(args: Any, mine: dict[str, Any], theirs: dict[str, Any], ratios: dict
         ("p99 interval, s", "interval_p99_s"),
         ("CPU, % of a core", "cpu_percent"),
         ("CPU per poll, µs", "cpu_us_per_poll"),
+        ("the service's CPU, % of a core", "service_cpu_percent"),
         ("RSS idle, MiB", "idle_rss_mib"),
         ("RSS in flight, MiB", "rss_mib"),
         ("KiB per execution", "kib_per_execution"),

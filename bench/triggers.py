@@ -91,9 +91,9 @@ async def measure(
     end = start + args.duration
     await asyncio.sleep(max(0.0, start - time.time()))
     recorder = profiler(args, child, label == LABEL_ECRON)
-    cpu = child.cpu_seconds()
+    cpu, service_cpu = child.cpu_seconds(), service.child.cpu_seconds()
     await asyncio.sleep(max(0.0, end - time.time()))
-    cpu = child.cpu_seconds() - cpu
+    cpu, service_cpu = child.cpu_seconds() - cpu, service.child.cpu_seconds() - service_cpu
     rss = child.rss()
     profile = await recorder.stop() if recorder else None
     await asyncio.sleep(args.drain)
@@ -103,6 +103,7 @@ async def measure(
         window_start=datetime.fromtimestamp(start, UTC).isoformat(),
         cpu_percent=round(100 * cpu / args.duration, 1),
         rss_mib=round(rss / 2**20, 1),
+        service_cpu_percent=round(100 * service_cpu / args.duration, 1),
     )
     if profile is not None:
         figures["profile"] = profile
@@ -168,6 +169,7 @@ def report(args: Any, mine: dict[str, Any], theirs: dict[str, Any]) -> None:
         ("  their lag p99, ms", "fired_lag_ms_p99"),
         ("CPU, % of a core", "cpu_percent"),
         ("RSS, MiB", "rss_mib"),
+        ("the service's CPU, % of a core", "service_cpu_percent"),
         ("rows in the window", "rows"),
         ("rows SUCCESS", "rows_success"),
     ]
