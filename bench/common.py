@@ -272,8 +272,9 @@ class Databases:
         self._count = 0
         self._server: Any = None
         self._base = ""
+        self._created: list[str] = []
 
-    def __enter__(self) -> Databases:
+    async def __aenter__(self) -> Databases:
         if self.kind == "postgresql":
             self._base = os.environ.get("ECRON_TEST_DATABASE_URL", "") or self._embedded()
         return self
@@ -288,12 +289,15 @@ class Databases:
         uri: str = self._server.get_uri("postgres")
         return uri.replace("postgresql://", "postgresql+asyncpg://", 1)
 
-    def __exit__(self, *_: object) -> None:
+    async def __aexit__(self, *_: object) -> None:
         if self._server is not None:
             with contextlib.suppress(Exception):
                 self._server.cleanup()
+        elif self._created:  # a server of someone else's: leave it as it was
+            drops = [f"DROP DATABASE IF EXISTS {name} WITH (FORCE)" for name in self._created]
+            await self._admin(*drops)
 
-    def new(self) -> str:
+    async def new(self) -> str:
         """The URL of a new, empty database (ecron migrates it when it starts)."""
         self._count += 1
         if self.kind == "sqlite":
@@ -301,7 +305,8 @@ class Databases:
         from sqlalchemy.engine import make_url
 
         name = f"ecron_bench_{os.getpid()}_{self._count}"
-        asyncio.run(self._admin(f"DROP DATABASE IF EXISTS {name}", f"CREATE DATABASE {name}"))
+        await self._admin(f"DROP DATABASE IF EXISTS {name}", f"CREATE DATABASE {name}")
+        self._created.append(name)
         return str(make_url(self._base).set(database=name).render_as_string(hide_password=False))
 
     async def _admin(self, *statements: str) -> None:

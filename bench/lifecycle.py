@@ -178,10 +178,13 @@ def per_execution(run: dict[str, Counter[str]], idle: dict[str, Counter[str]], k
 async def run(args: Any) -> dict[str, Any]:
     with contextlib.suppress(AttributeError, OSError):
         os.sched_setaffinity(0, {SUBJECT_CORE})
-    with scratch_dir(args.keep) as scratch, Databases(args.database, scratch) as databases:
-        async with Service.running("lifecycle", scratch) as service:
+    with scratch_dir(args.keep) as scratch:
+        async with (
+            Databases(args.database, scratch) as databases,
+            Service.running("lifecycle", scratch) as service,
+        ):
             run_counts, idle, seconds, conflicts = await count_life(
-                args, databases.new(), service, scratch
+                args, await databases.new(), service, scratch
             )
     figures = per_execution(run_counts, idle, args.executions)
     raw = {key: dict(value) for key, value in run_counts.items()}

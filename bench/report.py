@@ -205,12 +205,18 @@ def markdown(lines: list[Row]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument(
+        "--latest", action="store_true", help="only the last run of each benchmark and size"
+    )
     args = parser.parse_args()
     lines = []
     for path in args.files:
         for text in path.read_text().splitlines():
             if text.startswith('{"bench": '):
                 lines.append(json.loads(text))
+    if args.latest:
+        last = {json.dumps([line["bench"], line["params"]], sort_keys=True): line for line in lines}
+        lines = list(last.values())
     print(markdown(lines))
 
 

@@ -93,7 +93,7 @@ async def measure_size(
     )
     fresh, existing = [], []
     for attempt in range(args.runs):
-        url = databases.new()
+        url = await databases.new()
         profile = args.profile if attempt == 0 and tasks == args.largest else None
         fresh.append(await time_daemon(config, url, scratch, args.timeout, profile))
         existing.append(await time_daemon(config, url, scratch, args.timeout))
@@ -103,9 +103,10 @@ async def measure_size(
 async def run(args: Any) -> dict[str, Any]:
     sizes = [int(n) for n in args.tasks.split(",")]
     args.largest = max(sizes)
-    with scratch_dir(args.keep) as scratch, Databases(args.database, scratch) as databases:
-        mine = [await measure_size(n, args, databases, scratch) for n in sizes]
-        theirs = summary([await time_bare(scratch, args.timeout) for _ in range(args.runs)])
+    with scratch_dir(args.keep) as scratch:
+        async with Databases(args.database, scratch) as databases:
+            mine = [await measure_size(n, args, databases, scratch) for n in sizes]
+            theirs = summary([await time_bare(scratch, args.timeout) for _ in range(args.runs)])
     report(args, mine, theirs)
     params = {"database": args.database, "tasks": sizes, "runs": args.runs}
     return emit("startup", params, {"ecron": mine, "baseline": theirs})

@@ -141,9 +141,12 @@ async def run_baseline(args: Any, service: Service, scratch: Path) -> dict[str, 
 
 
 async def run(args: Any) -> dict[str, Any]:
-    with scratch_dir(args.keep) as scratch, Databases(args.database, scratch) as databases:
-        async with Service.running("triggers", scratch) as service:
-            mine = await run_ecron(args, service, databases.new(), scratch)
+    with scratch_dir(args.keep) as scratch:
+        async with (
+            Databases(args.database, scratch) as databases,
+            Service.running("triggers", scratch) as service,
+        ):
+            mine = await run_ecron(args, service, await databases.new(), scratch)
             theirs = await run_baseline(args, service, scratch)
     report(args, mine, theirs)
     keys = ("database", "tasks", "duration", "warmup", "drain", "concurrency")
