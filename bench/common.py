@@ -88,6 +88,10 @@ class Child:
         times = self.meter.cpu_times()
         return float(times.user + times.system)
 
+    def system_seconds(self) -> float:
+        """The kernel's share of ``cpu_seconds``: system calls, socket and thread wake-ups."""
+        return float(self.meter.cpu_times().system)
+
     def rss(self) -> int:
         """Resident memory now, bytes."""
         return int(self.meter.memory_info().rss)
@@ -296,6 +300,23 @@ class Databases:
         elif self._created:  # a server of someone else's: leave it as it was
             drops = [f"DROP DATABASE IF EXISTS {name} WITH (FORCE)" for name in self._created]
             await self._admin(*drops)
+
+    def cpu_seconds(self) -> float | None:
+        """CPU used so far by the embedded PostgreSQL server (all its processes), or None
+        (SQLite runs inside ecron; another server's processes are not ours to read)."""
+        if self._server is None:
+            return None
+        try:
+            root = psutil.Process(self._server.get_pid())
+            processes = [root, *root.children(recursive=True)]
+        except (psutil.Error, AssertionError, TypeError):
+            return None
+        total = 0.0
+        for process in processes:
+            with contextlib.suppress(psutil.Error):
+                times = process.cpu_times()
+                total += times.user + times.system
+        return total
 
     async def new(self) -> str:
         """The URL of a new, empty database (ecron migrates it when it starts)."""

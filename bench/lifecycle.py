@@ -32,6 +32,8 @@ from bench.common import SUBJECT_CORE, Databases, Service, emit, parser, scratch
 
 TASK = "life"
 KINDS = ("SELECT", "INSERT", "UPDATE", "DELETE")
+#: How much of a statement's text identifies it in ``top_statements``.
+TEXT = 90
 
 
 class Tally:
@@ -41,6 +43,8 @@ class Tally:
         self.statements: Counter[str] = Counter()
         self.rows: Counter[str] = Counter()
         self.transactions: Counter[str] = Counter()
+        #: Statements by their text (cut to ``TEXT`` characters), to see which ones they are.
+        self.texts: Counter[str] = Counter()
 
     def attach(self, engine: Engine) -> None:
         event.listen(engine, "before_cursor_execute", self._statement)
@@ -51,6 +55,7 @@ class Tally:
         kind = statement.lstrip().split(None, 1)[0].upper() if statement.strip() else "?"
         kind = kind if kind in KINDS else ("BEGIN" if kind == "BEGIN" else "other")
         self.statements[kind] += 1
+        self.texts[" ".join(statement.split())[:TEXT]] += 1
         executemany = bool(rest[-1]) if rest else False
         self.rows[kind] += len(params) if executemany and params is not None else 1
 
@@ -65,6 +70,7 @@ class Tally:
             "statements": Counter(self.statements),
             "rows": Counter(self.rows),
             "transactions": Counter(self.transactions),
+            "texts": Counter(self.texts),
         }
 
 
@@ -165,6 +171,8 @@ def per_execution(run: dict[str, Counter[str]], idle: dict[str, Counter[str]], k
     statements = {kind: net("statements", kind) for kind in kinds}
     rows = {kind: net("rows", kind) for kind in kinds}
     transactions = {name: net("transactions", name) for name in ("begin", "commit", "rollback")}
+    texts = {text: net("texts", text) for text in run["texts"]}
+    top = sorted(texts.items(), key=lambda item: -item[1])[:12]
     return {
         "statements": round(sum(v for kind, v in statements.items() if kind != "BEGIN"), 2),
         "statement_rows": round(sum(v for kind, v in rows.items() if kind != "BEGIN"), 2),
@@ -172,6 +180,7 @@ def per_execution(run: dict[str, Counter[str]], idle: dict[str, Counter[str]], k
         "statements_by_kind": statements,
         "rows_by_kind": rows,
         "transactions_by_kind": transactions,
+        "top_statements": [[text, n] for text, n in top if n > 0],
     }
 
 
@@ -213,6 +222,7 @@ def report(args: Any, figures: dict[str, Any]) -> None:
     by_rows = figures["rows_by_kind"]
     rows += [(f"  {k}", v, by_rows[k]) for k, v in figures["statements_by_kind"].items()]
     rows += [(f"  {k}", v, None) for k, v in figures["transactions_by_kind"].items()]
+    rows += [(f"  {text[:60]}", n, None) for text, n in figures["top_statements"]]
     title = (
         f"lifecycle: per execution (trigger, 10 polls, success), net of idle; "
         f"{args.executions} executions, {args.database}"

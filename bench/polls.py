@@ -120,8 +120,11 @@ async def measure(child: Child, service: Service, count: int, args: Any) -> dict
     await service.post("/_mark")
     recorder = profiler(args, child, child.name == "ecron")
     cpu, service_cpu = child.cpu_seconds(), service.child.cpu_seconds()
+    db_cpu, system = args.databases.cpu_seconds(), child.system_seconds()
     await asyncio.sleep(args.duration)
     cpu, service_cpu = child.cpu_seconds() - cpu, service.child.cpu_seconds() - service_cpu
+    system = child.system_seconds() - system
+    db_cpu = None if db_cpu is None else args.databases.cpu_seconds() - db_cpu
     stats = await service.get("/_stats/polls")
     if recorder is not None:
         figures["profile"] = await recorder.stop()
@@ -135,7 +138,9 @@ async def measure(child: Child, service: Service, count: int, args: Any) -> dict
         cpu_percent=round(100 * cpu / args.duration, 1),
         cpu_us_per_poll=round(cpu / polls * 1e6, 1) if polls else None,
         rss_mib=round(child.rss() / 2**20, 1),
+        cpu_system_share=round(system / cpu, 2) if cpu else None,
         service_cpu_percent=round(100 * service_cpu / args.duration, 1),
+        database_cpu_percent=None if db_cpu is None else round(100 * db_cpu / args.duration, 1),
     )
     return figures
 
@@ -212,6 +217,7 @@ async def run(args: Any) -> dict[str, Any]:
             Databases(args.database, scratch) as databases,
             Service.running("polls", scratch) as service,
         ):
+            args.databases = databases
             mine = await run_ecron(args, service, await databases.new(), scratch)
             await service.post("/_reset")
             theirs = await run_baseline(args, service, scratch)
@@ -235,6 +241,7 @@ def report(args: Any, mine: dict[str, Any], theirs: dict[str, Any], ratios: dict
         ("CPU, % of a core", "cpu_percent"),
         ("CPU per poll, µs", "cpu_us_per_poll"),
         ("the service's CPU, % of a core", "service_cpu_percent"),
+        ("PostgreSQL's CPU, % of a core", "database_cpu_percent"),
         ("RSS idle, MiB", "idle_rss_mib"),
         ("RSS in flight, MiB", "rss_mib"),
         ("KiB per execution", "kib_per_execution"),

@@ -33,6 +33,10 @@ PLUMBING = (
     "ecron/cli/",
     "ecron/__main__.py",
 )
+#: The repository root: frames of its files are shown relative to it.
+ROOT = str(Path(__file__).resolve().parent.parent)
+#: The files of ``ecron/executor`` (a namespace package, which py-spy's short names lose).
+EXECUTOR_FILES = {"http.py", "outcomes.py", "runner.py", "stopping.py", "trigger.py"}
 #: ``function (path/to/file.py)``: py-spy's frame with ``--nolineno``.
 FRAME = re.compile(r"^(?P<function>.+?) \((?P<file>[^()]*)\)$")
 
@@ -44,6 +48,7 @@ class Recorder:
         binary = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
         self.output = output
         command = [binary, "record", "--pid", str(pid), "--format", "raw", "--nolineno"]
+        command += ["--full-filenames"]  # ecron/executor has no __init__: py-spy would cut it
         command += ["--nonblocking", "--rate", str(rate), "--output", str(output)]
         self.process = subprocess.Popen(
             command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -66,9 +71,12 @@ def short(frame: str) -> str:
     if match is None:
         return frame
     path = match["file"]
-    for marker in ("site-packages/", "lib/python3"):
+    for marker in ("site-packages/", "/lib/python3.", f"{ROOT}/"):
         if marker in path:
             path = path.split(marker, 1)[1]
+            path = path.split("/", 1)[1] if marker == "/lib/python3." else path
+    if path in EXECUTOR_FILES:  # recorded without --full-filenames
+        path = f"ecron/executor/{path}"
     return f"{match['function']} ({path})"
 
 
@@ -76,7 +84,8 @@ def summarise(path: Path, top: int = 15) -> dict[str, Any]:
     """Own and total shares (percent of samples) of the ``top`` frames of a raw profile."""
     own: Counter[str] = Counter()
     total: Counter[str] = Counter()
-    samples = 0
+    ecron: Counter[str] = Counter()
+    samples = loop = 0
     for line in path.read_text(errors="replace").splitlines():
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
@@ -87,20 +96,33 @@ def summarise(path: Path, top: int = 15) -> dict[str, Any]:
             continue
         samples += n
         own[frames[-1]] += n
+        loop += n if frames[0].startswith("_run_module_as_main") else 0
         for frame in set(frames):
             if not any(part in frame for part in PLUMBING):
                 total[frame] += n
+            if "(ecron/" in frame and not any(part in frame for part in PLUMBING):
+                ecron[frame] += n
 
     def shares(counter: Counter[str]) -> list[list[Any]]:
         return [[frame, round(100 * n / samples, 1)] for frame, n in counter.most_common(top)]
 
-    return {"samples": samples, "own": shares(own), "total": shares(total)} if samples else {}
+    if not samples:
+        return {}
+    return {
+        "samples": samples,
+        #: Samples on the main thread (the event loop); the rest are the driver's threads.
+        "event_loop_thread": round(100 * loop / samples, 1),
+        "own": shares(own),
+        "total": shares(total),
+        "ecron_total": shares(ecron),
+    }
 
 
 def show(summary: dict[str, Any]) -> None:
     """Print a summary as two short tables."""
     print(f"\nprofile: {summary.get('samples', 0)} samples of the busy process")
-    for kind in ("own", "total"):
+    print(f"  on the event loop's thread: {summary.get('event_loop_thread')}%")
+    for kind in ("own", "total", "ecron_total"):
         print(f"  top by {kind} time:")
         for frame, share in summary.get(kind, []):
             print(f"    {share:5.1f}%  {frame}")

@@ -92,8 +92,11 @@ async def measure(
     await asyncio.sleep(max(0.0, start - time.time()))
     recorder = profiler(args, child, label == LABEL_ECRON)
     cpu, service_cpu = child.cpu_seconds(), service.child.cpu_seconds()
+    db_cpu, system = args.databases.cpu_seconds(), child.system_seconds()
     await asyncio.sleep(max(0.0, end - time.time()))
     cpu, service_cpu = child.cpu_seconds() - cpu, service.child.cpu_seconds() - service_cpu
+    system = child.system_seconds() - system
+    db_cpu = None if db_cpu is None else args.databases.cpu_seconds() - db_cpu
     rss = child.rss()
     profile = await recorder.stop() if recorder else None
     await asyncio.sleep(args.drain)
@@ -103,7 +106,9 @@ async def measure(
         window_start=datetime.fromtimestamp(start, UTC).isoformat(),
         cpu_percent=round(100 * cpu / args.duration, 1),
         rss_mib=round(rss / 2**20, 1),
+        cpu_system_share=round(system / cpu, 2) if cpu else None,
         service_cpu_percent=round(100 * service_cpu / args.duration, 1),
+        database_cpu_percent=None if db_cpu is None else round(100 * db_cpu / args.duration, 1),
     )
     if profile is not None:
         figures["profile"] = profile
@@ -146,6 +151,7 @@ async def run(args: Any) -> dict[str, Any]:
             Databases(args.database, scratch) as databases,
             Service.running("triggers", scratch) as service,
         ):
+            args.databases = databases
             mine = await run_ecron(args, service, await databases.new(), scratch)
             theirs = await run_baseline(args, service, scratch)
     report(args, mine, theirs)
@@ -173,6 +179,7 @@ def report(args: Any, mine: dict[str, Any], theirs: dict[str, Any]) -> None:
         ("CPU, % of a core", "cpu_percent"),
         ("RSS, MiB", "rss_mib"),
         ("the service's CPU, % of a core", "service_cpu_percent"),
+        ("PostgreSQL's CPU, % of a core", "database_cpu_percent"),
         ("rows in the window", "rows"),
         ("rows SUCCESS", "rows_success"),
     ]
