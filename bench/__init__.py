@@ -1,0 +1,1 @@
+"""ecron's benchmarks: ``python -m bench.<name>``; see docs/performance.md."""

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Every benchmark at its three sizes (docs/performance.md), one after the other, on one
+# database; the JSON lines go to bench/results/<label>-<database>.jsonl, the tables to a .log.
+#   bench/run_all.sh sqlite before          # or: postgresql after;  SIZES=target: target size only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+database=${1:-sqlite}
+label=${2:-$(git rev-parse --short HEAD)}
+python=${PYTHON:-.venv/bin/python}
+out=bench/results/$label-$database
+mkdir -p bench/results
+if [[ ${SIZES:-all} == target ]]; then
+  triggers="2000"; bursts="10000"; polls="10000"; lives="100"; starts="0,1000,10000"
+else
+  triggers="200 1000 2000"; bursts="1000 5000 10000"; polls="1000 5000 10000"
+  lives="10 50 100"; starts="0,1000,10000"
+fi
+run() { "$python" -m "bench.$1" --database "$database" "${@:2}" | tee -a "$out.log"; }
+for n in $triggers; do run triggers --tasks "$n"; done
+for n in $bursts; do run burst --tasks "$n"; done
+for n in $polls; do run polls --executions "$n"; done
+for n in $lives; do run lifecycle --executions "$n"; done
+run startup --tasks "$starts" --runs 3
+grep -h '^{"bench": ' "$out.log" >> "$out.jsonl"

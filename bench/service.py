@@ -1,0 +1,178 @@
+"""The benchmarks' user service: records what arrives and answers as cheaply as it can.
+
+``python -m bench.service --mode triggers|polls|lifecycle --port P`` (pinned to its own core
+by the benchmark). Task URLs are ``/jobs/{label}``: the label (``ecron``, ``baseline``) keeps
+the records of the two runs of one benchmark apart.
+
+- ``triggers``: a POST is recorded (arrival time, ``X-Ecron-Task``, ``X-Ecron-Scheduled-At``,
+  eid) and answered ``SUCCESS`` at once, so nothing is left to poll.
+- ``polls``: a POST answers ``RUNNING``; each GET of ``/jobs/{label}/{eid}`` answers
+  ``RUNNING`` with a progress that changes on every poll (never finishing).
+- ``lifecycle``: a POST answers ``RUNNING`` 0; polls 1-10 answer ``RUNNING`` with rising
+  progress, the 11th ``SUCCESS``.
+
+Stats live under ``/_stats/...``; ``POST /_mark`` opens a new measuring window for polls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import deque
+from typing import Any
+
+from aiohttp import web
+
+RUNNING_ZERO = {"status": "RUNNING", "progress": 0}
+SUCCESS = {"status": "SUCCESS"}
+#: How many of the latest progress values per execution are kept for the persistence check.
+KEEP_PROGRESS = 5
+#: An execution counts as being polled when its last poll is this recent (seconds).
+RECENT = 2.5
+
+
+class State:
+    """Everything the service remembers."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget everything (between the ecron run and the baseline run)."""
+        #: label -> [(arrival, task, scheduled_at, eid)]
+        self.triggers: dict[str, list[tuple[float, str, str, str]]] = {}
+        self.polls_count: dict[str, int] = {}
+        self.last_poll: dict[str, float] = {}
+        self.progress: dict[str, deque[float]] = {}
+        self.window_polls = 0
+        self.window_started = time.monotonic()
+        self.intervals: list[float] = []
+        self.finished = 0
+
+
+class Handlers:
+    """The HTTP handlers, over one ``State``."""
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+
+    async def trigger(self, request: web.Request) -> web.Response:
+        state, headers = self.state, request.headers
+        state.triggers.setdefault(request.match_info["label"], []).append(
+            (
+                time.time(),
+                headers.get("X-Ecron-Task", ""),
+                headers.get("X-Ecron-Scheduled-At", ""),
+                headers.get("X-Ecron-Execution-Id", ""),
+            )
+        )
+        return web.json_response(SUCCESS if state.mode == "triggers" else RUNNING_ZERO)
+
+    async def poll(self, request: web.Request) -> web.Response:
+        state = self.state
+        if state.mode == "triggers":
+            return web.json_response(SUCCESS)
+        eid = request.match_info["eid"]
+        count = state.polls_count.get(eid, 0) + 1
+        state.polls_count[eid] = count
+        now = time.monotonic()
+        last = state.last_poll.get(eid)
+        state.last_poll[eid] = now
+        state.window_polls += 1
+        if last is not None and last >= state.window_started:
+            state.intervals.append(now - last)
+        if state.mode == "lifecycle":
+            return web.json_response(lifecycle_report(state, count))
+        progress = (count % 1000) / 10
+        kept = state.progress.get(eid)
+        if kept is None:
+            kept = state.progress[eid] = deque(maxlen=KEEP_PROGRESS)
+        kept.append(progress)
+        return web.json_response({"status": "RUNNING", "progress": progress})
+
+    async def cancel(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "FAILED", "message": "cancelled"})
+
+    async def triggers(self, request: web.Request) -> web.Response:
+        label = request.match_info["label"]
+        return web.json_response({"records": self.state.triggers.get(label, [])})
+
+    async def count(self, request: web.Request) -> web.Response:
+        label = request.match_info["label"]
+        return web.json_response({"count": len(self.state.triggers.get(label, []))})
+
+    async def mark(self, request: web.Request) -> web.Response:
+        self.state.window_polls = 0
+        self.state.window_started = time.monotonic()
+        self.state.intervals = []
+        return web.json_response({"marked": True})
+
+    async def polls(self, request: web.Request) -> web.Response:
+        return web.json_response(poll_stats(self.state))
+
+    async def progress(self, request: web.Request) -> web.Response:
+        return web.json_response({eid: list(kept) for eid, kept in self.state.progress.items()})
+
+    async def reset(self, request: web.Request) -> web.Response:
+        self.state.clear()
+        return web.json_response({"reset": True})
+
+
+def make_app(state: State) -> web.Application:
+    handlers = Handlers(state)
+    app = web.Application()
+    app.add_routes(
+        [
+            web.post("/jobs/{label}", handlers.trigger),
+            web.get("/jobs/{label}/{eid}", handlers.poll),
+            web.delete("/jobs/{label}/{eid}", handlers.cancel),
+            web.get("/_stats/triggers/{label}", handlers.triggers),
+            web.get("/_stats/count/{label}", handlers.count),
+            web.get("/_stats/polls", handlers.polls),
+            web.get("/_stats/progress", handlers.progress),
+            web.post("/_mark", handlers.mark),
+            web.post("/_reset", handlers.reset),
+        ]
+    )
+    return app
+
+
+def lifecycle_report(state: State, count: int) -> dict[str, Any]:
+    """Polls 1-10: RUNNING with rising progress; the 11th and later: SUCCESS."""
+    if count <= 10:
+        return {"status": "RUNNING", "progress": count * 9, "message": f"poll {count}"}
+    if count == 11:
+        state.finished += 1
+    return SUCCESS
+
+
+def poll_stats(state: State) -> dict[str, Any]:
+    """Polls since the mark, how many executions are being polled now, the intervals."""
+    now = time.monotonic()
+    intervals = sorted(state.intervals)
+    n = len(intervals)
+    return {
+        "polls": state.window_polls,
+        "seconds": now - state.window_started,
+        "recent": sum(1 for at in state.last_poll.values() if at >= now - RECENT),
+        "known": len(state.last_poll),
+        "interval_mean": sum(intervals) / n if n else None,
+        "interval_p50": intervals[n // 2] if n else None,
+        "interval_p99": intervals[min(n - 1, int(n * 0.99))] if n else None,
+        "finished": state.finished,
+    }
+
+
+def main() -> None:
+    args = argparse.ArgumentParser()
+    args.add_argument("--mode", choices=["triggers", "polls", "lifecycle"], required=True)
+    args.add_argument("--port", type=int, required=True)
+    options = args.parse_args()
+    app = make_app(State(options.mode))
+
+    web.run_app(app, host="127.0.0.1", port=options.port, print=None, access_log=None, backlog=4096)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""The benchmarks under ``bench/`` at a tiny size, so that they cannot rot: each runs as its
+documented command on SQLite, prints one JSON line with ecron's figures beside its baseline's,
+and the basic facts hold. No wall-clock time and no speed ratio is asserted here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.slow
+
+
+def run_bench(name: str, *options: str) -> dict[str, Any]:
+    """``python -m bench.<name> OPTIONS`` from the repository root; its JSON line, parsed."""
+    done = subprocess.run(
+        [sys.executable, "-m", f"bench.{name}", "--database", "sqlite", *options],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert done.returncode == 0, f"bench.{name} failed:\n{done.stdout}\n{done.stderr}"
+    lines = [line for line in done.stdout.splitlines() if line.startswith('{"bench": ')]
+    assert len(lines) == 1, f"expected one JSON line:\n{done.stdout}"
+    figures: dict[str, Any] = json.loads(lines[0])
+    assert figures["bench"] == name
+    assert "ecron" in figures and "baseline" in figures
+    return figures
+
+
+def test_triggers_fires_every_expected_time_once_and_persists_each_execution() -> None:
+    """20 tasks every second for 2 s: each of the 40 fire times in the window is triggered
+    once, by ecron and by APScheduler, and ecron has a SUCCESS row for each of them."""
+    figures = run_bench(
+        "triggers", "--tasks", "20", "--duration", "2", "--warmup", "1", "--drain", "1.5"
+    )
+    for side in ("ecron", "baseline"):
+        run = figures[side]
+        assert run["expected"] == 40
+        assert run["triggered"] == run["expected"], run
+        assert run["duplicates"] == 0, run
+        assert run["lag_ms_p99"] is not None
+        assert run["cpu_percent"] >= 0 and run["rss_mib"] > 0
+    assert figures["ecron"]["every_execution_persisted"], figures["ecron"]
+
+
+def test_burst_triggers_every_task_of_the_fire_time_once() -> None:
+    """50 tasks on one cron fire time: all 50 are triggered once by ecron (ready before the
+    fire time) and by APScheduler, and ecron persisted each execution."""
+    figures = run_bench(
+        "burst", "--tasks", "50", "--lead", "5", "--baseline-lead", "2", "--timeout", "30"
+    )
+    for side in ("ecron", "baseline"):
+        run = figures[side]
+        assert run["all_triggered"], run
+        assert run["duplicates"] == 0, run
+        assert run["first_s"] is not None and run["last_s"] is not None
+        assert run["peak_rss_mib"] > 0
+    assert figures["ecron"]["ready_before_fire"], figures["ecron"]
+    assert figures["ecron"]["every_execution_persisted"], figures["ecron"]
+
+
+def test_polls_polls_every_execution_and_persists_progress() -> None:
+    """50 adopted executions polled every second: both pollers make polls, ecron stores the
+    progress the service reported, and the ratios to the plain poller are printed."""
+    figures = run_bench("polls", "--executions", "50", "--duration", "2", "--settle", "0.5")
+    for side in ("ecron", "baseline"):
+        run = figures[side]
+        assert run["polled_at_start"] == 50, run
+        assert run["polls"] > 0, run
+        assert run["cpu_us_per_poll"] is not None and run["kib_per_execution"] is not None
+    assert figures["ecron"]["progress_persisted"], figures["ecron"]
+    assert set(figures["ratio"]) == {"polls_per_s", "cpu_us_per_poll", "kib_per_execution"}
+
+
+def test_lifecycle_counts_statements_and_transactions_per_execution() -> None:
+    """5 executions of trigger, 10 polls and success: statements and transactions per
+    execution are counted net of an idle window of the same length."""
+    figures = run_bench("lifecycle", "--executions", "5", "--poll-interval", "100ms")
+    run = figures["ecron"]
+    assert run["statements"] > 0 and run["transactions"] > 0, run
+    assert set(run["statements_by_kind"]) >= {"SELECT", "INSERT", "UPDATE", "DELETE"}
+    assert "idle_window" in figures["baseline"]
+
+
+def test_startup_times_fresh_and_existing_databases_and_the_bare_app() -> None:
+    """10 tasks, one run: the daemon's start on a fresh and on an existing database, and the
+    bare aiohttp app's, are each measured until /healthz answers."""
+    figures = run_bench("startup", "--tasks", "10", "--runs", "1")
+    (size,) = figures["ecron"]
+    assert size["tasks"] == 10
+    for state in ("fresh", "existing"):
+        assert size[state]["runs"] == 1 and size[state]["median_s"] > 0
+        assert size[state]["rss_mib"] > 0
+    assert figures["baseline"]["median_s"] > 0
