@@ -112,3 +112,35 @@ class Metrics:
     def exposition(self) -> bytes:
         """The text format for ``/metrics``."""
         return generate_latest(self.registry)
+
+
+class Series:
+    """The per-task children of the series the engine updates for every execution, looked up
+    once per label set (a label lookup costs more than the update)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self._lag: dict[str, Histogram] = {}
+        self._duration: dict[str, Histogram] = {}
+        self._finished: dict[tuple[str, str, str], Counter] = {}
+
+    def trigger_lag(self, task: str) -> Histogram:
+        found = self._lag.get(task)
+        if found is None:
+            found = self._lag[task] = self.metrics.trigger_lag.labels(task=task)
+        return found
+
+    def duration(self, task: str) -> Histogram:
+        found = self._duration.get(task)
+        if found is None:
+            found = self._duration[task] = self.metrics.execution_duration.labels(task=task)
+        return found
+
+    def finished(self, task: str, status: str, reason: str) -> Counter:
+        key = (task, status, reason)
+        found = self._finished.get(key)
+        if found is None:
+            found = self._finished[key] = self.metrics.executions_finished.labels(
+                task=task, status=status, reason=reason
+            )
+        return found

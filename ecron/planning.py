@@ -102,17 +102,21 @@ def claimed(
     """A fire time ``when`` of ``task`` claimed by ``claim``'s node (SCHEDULED), with its
     steps when the task has them, held until its start plus the claim's grace."""
     eid = claim.new_id()
-    execution = Execution(
+    start = when + jitter_offset(task, when, spec.jitter)
+    backoff_end = values.get("next_poll_at")
+    if isinstance(backoff_end, datetime):
+        start = max(start, backoff_end)
+    return Execution(
         eid=eid,
         task=task,
         scheduled_at=when,
         created_at=claim.now,
         owner=claim.node,
+        lease_until=start + claim.grace,
         fence=1,
         steps=new_steps(spec, eid),
         **values,  # type: ignore[arg-type]
     )
-    return execution.evolve(lease_until=start_time(execution, spec) + claim.grace)
 
 
 def started(execution: Execution, spec: TaskSpec, claim: Claim) -> Execution:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from ecron.core.model import Execution, Report, Step, clamp_progress
 from ecron.core.status import Channel, Reason, RemoteStatus, Status, can_move
@@ -139,8 +139,8 @@ def apply(execution: Execution, event: Event, now: datetime) -> Transition:
             return Transition(execution, _finish(execution, Status.SKIPPED, reason, message, now))
         case Stopped(status, acknowledged, message):
             assert status in (Status.TIMED_OUT, Status.CANCELLED), status
-            after = _finish(execution, status, None, message, now)
-            return Transition(execution, after.evolve(cancel_acknowledged=acknowledged))
+            after = _finish(execution, status, None, message, now, cancel_acknowledged=acknowledged)
+            return Transition(execution, after)
     raise TypeError(f"not an event: {event!r}")  # pragma: no cover
 
 
@@ -277,16 +277,19 @@ def _apply_report(
             last_report_at=now,
         )
         return Transition(execution, after)
+    heard = {"probe_failures": 0, "last_report_at": now}
     if report.status is RemoteStatus.SUCCESS:
-        after = _finish(execution, Status.SUCCESS, None, message, now).evolve(
-            progress=100.0, result=report.result, result_truncated=report.result_truncated
-        )
-    else:
-        reason = Reason.INTERRUPTED if report.interrupted else Reason.REMOTE_FAILED
-        after = _finish(execution, Status.FAILED, reason, message, now)
-        if report.progress is not None:
-            after = after.evolve(progress=clamp_progress(report.progress))
-    return Transition(execution, after.evolve(probe_failures=0, last_report_at=now))
+        done = {
+            "progress": 100.0,
+            "result": report.result,
+            "result_truncated": report.result_truncated,
+        }
+        after = _finish(execution, Status.SUCCESS, None, message, now, **heard, **done)
+        return Transition(execution, after)
+    reason = Reason.INTERRUPTED if report.interrupted else Reason.REMOTE_FAILED
+    if report.progress is not None:
+        heard["progress"] = clamp_progress(report.progress)
+    return Transition(execution, _finish(execution, Status.FAILED, reason, message, now, **heard))
 
 
 def _apply_unknown(
@@ -324,9 +327,15 @@ def _apply_probe_failure(
 
 
 def _finish(
-    execution: Execution, status: Status, reason: Reason | None, message: str | None, now: datetime
+    execution: Execution,
+    status: Status,
+    reason: Reason | None,
+    message: str | None,
+    now: datetime,
+    **more: Any,
 ) -> Execution:
+    """``execution`` ended as ``status`` at ``now`` (with ``more`` changes, in one copy)."""
     assert can_move(execution.status, status), f"{execution.status} -> {status}"
     return execution.evolve(
-        status=status, reason=reason, message=message, finished_at=now, next_poll_at=None
+        status=status, reason=reason, message=message, finished_at=now, next_poll_at=None, **more
     )

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -163,5 +164,27 @@ class Execution:
         return self.status in ACTIVE
 
     def evolve(self, **changes: Any) -> Execution:
-        """A copy with ``changes`` applied."""
-        return replace(self, **changes)
+        """A copy with ``changes`` applied (the hot paths make one per report: this copies
+        the fields directly, several times faster than ``dataclasses.replace``)."""
+        unknown = changes.keys() - _EXECUTION_FIELDS
+        if unknown:
+            raise TypeError(f"Execution has no field {sorted(unknown)[0]!r}")
+        return _copy_execution(self, changes)
+
+
+_EXECUTION_FIELDS = frozenset(f.name for f in fields(Execution))
+
+
+def _copier(cls: type) -> Any:
+    """A function ``(instance, changes) -> copy`` for a frozen, slotted dataclass ``cls``,
+    generated once: one line per field, no keyword parsing, no ``__init__``."""
+    lines = ["def copy(old, changes):", "    new = new_object(cls)", "    get = changes.get"]
+    lines += [f"    set_field(new, {f.name!r}, get({f.name!r}, old.{f.name}))" for f in fields(cls)]
+    lines.append("    return new")
+    scope: dict[str, Any] = {"new_object": object.__new__, "set_field": object.__setattr__}
+    scope["cls"] = cls
+    exec("\n".join(lines), scope)  # noqa: S102  (the text is made of the class's own field names)
+    return scope["copy"]
+
+
+_copy_execution: Callable[[Execution, dict[str, Any]], Execution] = _copier(Execution)

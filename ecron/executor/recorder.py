@@ -17,6 +17,7 @@ else is durable before ``record`` returns.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 
@@ -36,7 +37,7 @@ from ecron.core import (
 )
 from ecron.executor.calls import Calls
 from ecron.executor.held import Held
-from ecron.metrics import Metrics
+from ecron.metrics import Metrics, Series
 from ecron.schedules import jitter_offset
 from ecron.store.base import Store, Written
 from ecron.store.writer import StateWriter
@@ -74,7 +75,7 @@ class Recorder:
         self.on_finished: Finished | None = None
         writer.on_lost = self._lost_behind
         self._background: set[asyncio.Task[None]] = set()
-        self._finished_total = metrics.executions_finished
+        self._series = Series(metrics)
         self._lost_leases = metrics.leases_lost
 
     async def record(
@@ -96,7 +97,7 @@ class Recorder:
             after = transition.after.evolve(version=before.version + 1)
             if as_owner and not _must_wait(transition, event):
                 self.writer.save_soon(before, after)
-                stored: Execution | None = after.evolve(fence=before.fence)
+                stored: Execution | None = after
             else:
                 stored = await self.writer.save(before, after)
             if stored is not None:
@@ -128,7 +129,9 @@ class Recorder:
         change, measure the trigger lag, and end an execution that ended."""
         self.held.remember(stored)
         before = transition.before
-        if before.status is not stored.status or before.reason is not stored.reason:
+        if (
+            before.status is not stored.status or before.reason is not stored.reason
+        ) and log.is_enabled_for(logging.INFO):
             log.info(
                 "execution_status_changed",
                 task=stored.task,
@@ -142,7 +145,7 @@ class Recorder:
         if before.triggered_at is None and stored.triggered_at is not None:
             lag = self.trigger_lag(stored)
             if lag is not None:
-                self.metrics.trigger_lag.labels(task=stored.task).observe(lag)
+                self._series.trigger_lag(stored.task).observe(lag)
         if transition.finished:
             await self.ended(stored)
 
@@ -153,26 +156,25 @@ class Recorder:
         started = execution.triggered_at or execution.created_at
         assert execution.finished_at is not None
         duration = max(0.0, (execution.finished_at - started).total_seconds())
-        lag = self.trigger_lag(execution)
-        log.info(
-            "execution_finished",
-            task=execution.task,
-            execution_id=execution.eid,
-            status=execution.status.value,
-            reason=reason or None,
-            duration_seconds=round(duration, 3),
-            attempt=execution.attempt,
-            resume_attempt=execution.resume_attempt,
-            trigger_lag_seconds=None if lag is None else round(lag, 3),
-            steps=len(execution.steps) or None,
-            scheduled_at=execution.scheduled_at.isoformat(),
-            node=self.node_id,
-        )
-        self._finished_total.labels(
-            task=execution.task, status=execution.status.value, reason=reason
-        ).inc()
+        if log.is_enabled_for(logging.INFO):  # the line is built only when it is written
+            lag = self.trigger_lag(execution)
+            log.info(
+                "execution_finished",
+                task=execution.task,
+                execution_id=execution.eid,
+                status=execution.status.value,
+                reason=reason or None,
+                duration_seconds=round(duration, 3),
+                attempt=execution.attempt,
+                resume_attempt=execution.resume_attempt,
+                trigger_lag_seconds=None if lag is None else round(lag, 3),
+                steps=len(execution.steps) or None,
+                scheduled_at=execution.scheduled_at.isoformat(),
+                node=self.node_id,
+            )
+        self._series.finished(execution.task, execution.status.value, reason).inc()
         if execution.triggered_at is not None:
-            self.metrics.execution_duration.labels(task=execution.task).observe(duration)
+            self._series.duration(execution.task).observe(duration)
         if self.on_finished is not None:
             try:
                 await self.on_finished(execution)

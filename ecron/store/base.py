@@ -197,7 +197,8 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def tasks_succeeded(self, ends: Mapping[str, datetime]) -> None:
         """Record, in one transaction, that an execution of each task in ``ends`` succeeded
-        at the time given: ``last_end_at``, and the count of failures in a row back to 0."""
+        at the time given: the count of failures in a row back to 0 (and ``last_end_at``),
+        for the tasks whose count was not 0 already."""
 
     @abc.abstractmethod
     async def set_paused(

@@ -13,7 +13,7 @@ JSON text.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -41,9 +41,11 @@ def _aware(when: datetime) -> datetime:
 
 
 def _sqlite_time(when: datetime) -> str:
-    """How SQLAlchemy stores a UTC time on SQLite (so comparisons and reads agree)."""
-    utc = _aware(when).astimezone(UTC).replace(tzinfo=None)
-    return utc.isoformat(sep=" ", timespec="microseconds")
+    """How SQLAlchemy stores a UTC time on SQLite (so comparisons and reads agree):
+    ``YYYY-MM-DD HH:MM:SS.ffffff``, naive UTC."""
+    if when.tzinfo is not UTC:
+        when = _aware(when).astimezone(UTC)
+    return when.isoformat(sep=" ", timespec="microseconds")[:26]  # without "+00:00"
 
 
 def _pg_time(when: datetime) -> str:
@@ -74,19 +76,25 @@ class Rows:
     def encode(self, rows: Iterable[Mapping[str, Any]]) -> str:
         """The ``:rows`` parameter: every row, each value in the form the database stores."""
         time_text = _pg_time if self.dialect == "postgresql" else _sqlite_time
-        encoders: dict[str, Callable[[Any], Any]] = {}
-        for name, kind in self.columns.items():
-            if kind == "time":
-                encoders[name] = time_text
-            elif kind == "json":
-                encoders[name] = _json_text
-        plain = [name for name in self.columns if name not in encoders]
+        times = [name for name, kind in self.columns.items() if kind == "time"]
+        documents = [name for name, kind in self.columns.items() if kind == "json"]
+        plain = [name for name in self.columns if name not in times and name not in documents]
+        texts: dict[datetime, str] = {}  # a batch repeats its times (claimed, due at once)
         out = []
         for row in rows:
             item = {name: row[name] for name in plain}
-            for name, encode in encoders.items():
+            for name in times:
+                when = row[name]
+                if when is None:
+                    item[name] = None
+                    continue
+                text = texts.get(when)
+                if text is None:
+                    text = texts[when] = time_text(when)
+                item[name] = text
+            for name in documents:
                 value = row[name]
-                item[name] = None if value is None else encode(value)
+                item[name] = None if value is None else _json_text(value)
             out.append(item)
         return orjson.dumps(out).decode()
 

@@ -244,10 +244,7 @@ class SqlStore(LeaseOperations, TaskOperations, Store):
         ]
         if steps:
             await conn.execute(_STEP_UPDATE, steps)
-        return [
-            after.evolve(fence=before.fence) if before.eid in done else None
-            for before, after in writes
-        ]
+        return [after if after.eid in done else None for _, after in writes]
 
     async def resumes_of(self, eids: Sequence[str]) -> dict[str, str]:
         if not eids:
@@ -390,6 +387,7 @@ def _state_row(before: Execution, after: Execution) -> dict[str, Any]:
     state columns; the lease only where the write moves it (renewals do not raise the
     version, so this node's copy of it may be older than the row's)."""
     assert after.version > before.version, "a write raises the version"
+    assert after.fence == before.fence, "a write keeps the fence (claims raise it)"
     values = execution_values(after, STATE_COLUMNS)
     values.update(eid=before.eid, fence=before.fence, version=before.version)
     values["new_version"] = after.version

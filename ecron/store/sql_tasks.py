@@ -138,12 +138,13 @@ class TaskOperations:
         if not ends:
             return
         rows = Rows(self.engines.dialect.name, {"name": "text", "last_end_at": "time"})
-        statement = update_rows(
+        statement = update_rows(  # most tasks count no failures: their rows are not written
             task_table,
             rows,
             key=["name"],
             set_columns=["last_end_at"],
             extra="consecutive_failures = 0, version = task.version + 1",
+            where="task.consecutive_failures <> 0",
             returning="name",
         )
         batch = rows.encode({"name": name, "last_end_at": at} for name, at in ends.items())
