@@ -22,4 +22,6 @@ def iso(when: datetime | None) -> str | None:
     """RFC 3339 UTC with milliseconds (``2026-12-01T03:00:00.000Z``), or None."""
     if when is None:
         return None
-    return when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    if when.tzinfo is not UTC:
+        when = when.astimezone(UTC)
+    return when.isoformat(timespec="milliseconds")[:23] + "Z"

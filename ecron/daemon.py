@@ -88,7 +88,8 @@ class Daemon:
         self.callback_secret = secret
         hide([secret])
         connector = aiohttp.TCPConnector(limit=max(100, settings.poll_workers * 2))
-        session = aiohttp.ClientSession(connector=connector)
+        # No cookies: calls to user services are independent of each other.
+        session = aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
         # aiohttp silently sends a GET or DELETE again when the connection drops; ecron counts
         # every call itself (one cancel retry, probe failures), so it must see each failure.
         # There is no public switch: aiohttp's own test client sets the same attribute.

@@ -71,6 +71,7 @@ class Leases:
         #: Nodes with a recent heartbeat (this one included).
         self.live_nodes = 1
         self._next_takeover: datetime | None = None
+        self._next_own_sweep: datetime | None = None
         #: Called with the eids whose leases this node lost or let lapse.
         self.on_lost: Callable[[list[str]], None] = self._forget
 
@@ -98,12 +99,12 @@ class Leases:
         """Claim this node's share of the fire times due before ``now + prefetch``; the
         claim, and whether the share was full (more may be due)."""
         horizon = now + self.settings.prefetch
-        if self.live_nodes <= 1:
-            share = CLAIM_BATCH
-        else:
-            due = await self.store.count_due(horizon)
-            if due == 0:
-                return Claimed([], 0, 0), False
+        # A read first: most rounds find nothing due, and then take no write lock.
+        due = await self.store.count_due(horizon, None if self.live_nodes > 1 else 1)
+        if due == 0:
+            return Claimed([], 0, 0), False
+        share = CLAIM_BATCH
+        if self.live_nodes > 1:
             split = due if due <= SMALL_CLAIM else -(-due // self.live_nodes)
             share = min(CLAIM_BATCH, split)
         claimed = await self.store.claim_due_fires(horizon, share, plan)
@@ -118,8 +119,15 @@ class Leases:
         """Take the executions nobody holds (a dead node's, a released one's, this node's
         own from before a restart) of the tasks this node ``known``s."""
         self._next_takeover = now + TAKEOVER_EVERY
+        own_too = self._next_own_sweep is None or now >= self._next_own_sweep
+        if own_too:  # its own from before a restart, or let go when renewals failed
+            self._next_own_sweep = now + self.settings.lease_ttl / 2
         taken = await self.store.claim_runnable(
-            self.node_id, now, self._lease_for(now), CLAIM_BATCH, skip=self.held
+            self.node_id,
+            now,
+            self._lease_for(now),
+            CLAIM_BATCH,
+            skip=self.held if own_too else None,
         )
         mine = [e for e in taken if known(e.task)]
         strangers = [e.eid for e in taken if not known(e.task)]

@@ -58,8 +58,19 @@ def _clean(key: str, value: Any) -> Any:
     return value
 
 
+#: The level lines are written from (``configure``); until then every level is.
+_level = logging.NOTSET
+
+
+def writes(level: int) -> bool:
+    """True when lines of ``level`` are written: hot paths build a line only then (asking
+    a structlog proxy costs as much as building the line)."""
+    return level >= _level
+
+
 def configure(format: str | None, level: str, stream: TextIO | None = None) -> None:
     """Set up structlog (and the standard library's logging) to print one event per line."""
+    global _level
     out = stream or sys.stderr
     use_json = format == "json" or (format is None and not out.isatty())
     shared: list[Processor] = [
@@ -74,6 +85,7 @@ def configure(format: str | None, level: str, stream: TextIO | None = None) -> N
         structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer()
     )
     numeric = logging.getLevelName(level.upper())
+    _level = numeric
     structlog.configure(
         processors=[*shared, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),

@@ -140,6 +140,8 @@ def start_time(execution: Execution, spec: TaskSpec | None) -> datetime:
 
 def new_steps(spec: TaskSpec, eid: str) -> tuple[Step, ...]:
     """The steps of a new execution ``eid``: all PENDING, remote ids ``<eid>.<n>``."""
+    if not spec.step_names:
+        return ()
     return tuple(
         Step(number=n, name=name, remote_id=remote_id(eid, n))
         for n, name in enumerate(spec.step_names, start=1)

@@ -13,6 +13,7 @@ from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -276,6 +277,21 @@ def next_fire_time(schedule: Schedule, previous: datetime | None, now: datetime)
     assert trigger is not None
     if schedule.kind is ScheduleKind.EVERY and previous is None:
         return _ms(_first_interval_time(trigger, now))
+    if previous is not None:
+        return _next_from(schedule, previous)
+    return _search(schedule, None, now)
+
+
+@lru_cache(maxsize=65_536)
+def _next_from(schedule: Schedule, previous: datetime) -> datetime | None:
+    """The fire time after ``previous`` (which alone decides it), worked out once: ten
+    thousand tasks of one schedule due at one moment ask for the same next one."""
+    return _search(schedule, previous, previous)
+
+
+def _search(schedule: Schedule, previous: datetime | None, now: datetime) -> datetime | None:
+    trigger = schedule.trigger
+    assert trigger is not None
     found = _next_after(trigger, previous, now)
     if schedule.kind is ScheduleKind.CRON:
         while found is not None and _second_fixed_time_of_fold(trigger, found):

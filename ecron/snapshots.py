@@ -77,6 +77,6 @@ def task_snapshot(
         "concurrency": spec.concurrency,
         "mode": spec.mode,
         "idempotent": spec.idempotent,
-        "steps": spec.step_names,
+        "steps": list(spec.step_names),
         "last_execution": None if last is None else execution_snapshot(last),
     }

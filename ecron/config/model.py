@@ -274,10 +274,10 @@ class TaskSpec(_Strict):
         """The parsed ``schedule``."""
         return parse_schedule(self.schedule, self.timezone)
 
-    @property
-    def step_names(self) -> list[str]:
+    @cached_property
+    def step_names(self) -> tuple[str, ...]:
         """Names of the steps, in order; empty for a one-call task."""
-        return [step.name for step in self.steps or []]
+        return tuple(step.name for step in self.steps or [])
 
     @cached_property
     def call_settings(self) -> dict[int | None, CallSettings]:

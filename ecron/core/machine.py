@@ -105,7 +105,7 @@ class Transition:
     @property
     def changed(self) -> bool:
         """True when the execution must be written."""
-        return self.after != self.before
+        return self.after is not self.before and self.after != self.before
 
     @property
     def finished(self) -> bool:

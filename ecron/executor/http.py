@@ -115,7 +115,7 @@ class HttpCaller:
         self._polls: dict[CallContext, tuple[CallSettings, URL, CIMultiDict[str] | None]] = {}
         self._children: dict[tuple[str, OutcomeKind], tuple[Counter, Histogram]] = {}
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
-        self._bodies: dict[int, tuple[CallSettings, bytes]] = {}
+        self._bodies: dict[int, tuple[CallSettings, bytes, URL]] = {}
         self.session = session
         self.public_url = public_url.rstrip("/") if public_url else None
         self.callback_secret = callback_secret
@@ -126,8 +126,8 @@ class HttpCaller:
         cached = self._bodies.get(id(call))
         if cached is None or cached[0] is not call:
             encoded = json.dumps({} if call.body is None else call.body).encode()
-            cached = self._bodies[id(call)] = (call, encoded)
-        return await self._request("POST", URL(call.url), call, ctx, cached[1])
+            cached = self._bodies[id(call)] = (call, encoded, URL(call.url))
+        return await self._request("POST", cached[2], call, ctx, cached[1])
 
     async def poll(self, call: CallSettings, ctx: CallContext) -> CallOutcome:
         """``GET {poll_url}`` (the URL and the headers of an unsigned poll are worked out once

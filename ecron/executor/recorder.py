@@ -37,6 +37,7 @@ from ecron.core import (
 )
 from ecron.executor.calls import Calls
 from ecron.executor.held import Held
+from ecron.logs import writes
 from ecron.metrics import Metrics, Series
 from ecron.schedules import jitter_offset
 from ecron.store.base import Store, Written
@@ -129,9 +130,9 @@ class Recorder:
         change, measure the trigger lag, and end an execution that ended."""
         self.held.remember(stored)
         before = transition.before
-        if (
-            before.status is not stored.status or before.reason is not stored.reason
-        ) and log.is_enabled_for(logging.INFO):
+        if (before.status is not stored.status or before.reason is not stored.reason) and writes(
+            logging.INFO
+        ):
             log.info(
                 "execution_status_changed",
                 task=stored.task,
@@ -156,7 +157,7 @@ class Recorder:
         started = execution.triggered_at or execution.created_at
         assert execution.finished_at is not None
         duration = max(0.0, (execution.finished_at - started).total_seconds())
-        if log.is_enabled_for(logging.INFO):  # the line is built only when it is written
+        if writes(logging.INFO):  # the line is built only when it is written
             lag = self.trigger_lag(execution)
             log.info(
                 "execution_finished",

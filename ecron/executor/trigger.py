@@ -133,7 +133,7 @@ class Triggers:
                 self.look(execution.eid, self.clock.now())  # a callback overtook it
                 return
         call, ctx = self.calls.call_of(execution)
-        attempt = _Attempt(self, call, replace(ctx, deadline=execution.deadline), not fresh)
+        attempt = _Attempt(self, call, ctx, not fresh)
         outcome = await attempt()
         if _worth_retrying(outcome, attempt) and call.trigger_retry.attempts > 1:
             name = f"ecron-trigger-retry-{execution.eid}"

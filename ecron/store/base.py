@@ -156,8 +156,9 @@ class Store(abc.ABC):
         """The earliest ``next_fire_at`` of any task that can fire (for the scheduler's sleep)."""
 
     @abc.abstractmethod
-    async def count_due(self, horizon: datetime) -> int:
-        """How many tasks are due at or before ``horizon``."""
+    async def count_due(self, horizon: datetime, limit: int | None = None) -> int:
+        """How many tasks are due at or before ``horizon`` (counting at most ``limit``: a
+        read that stops early, to learn whether any is due before taking the write lock)."""
 
     @abc.abstractmethod
     async def claim_due_fires(self, horizon: datetime, limit: int, plan: Planner) -> Claimed:
@@ -265,12 +266,14 @@ class Store(abc.ABC):
         lease_for: Callable[[Execution], datetime],
         limit: int,
         *,
-        skip: Collection[str] = (),
+        skip: Collection[str] | None = None,
     ) -> list[Execution]:
         """Take over executions that nobody holds (no owner, or a lease expired before
-        ``now``; ``skip``: eids left alone): SCHEDULED ones, claimed by a node that did not
-        start them, and active ones. Owner becomes ``node``, the fence is raised, the lease
-        runs until ``lease_for(execution)``. Oldest lease first."""
+        ``now``): SCHEDULED ones, claimed by a node that did not start them, and active
+        ones. Without ``skip``, only other nodes' expired leases count (the frequent case);
+        with it, ``node``'s own expired ones too, except the eids in ``skip`` (those it
+        still drives). Owner becomes ``node``, the fence is raised, the lease runs until
+        ``lease_for(execution)``. Oldest lease first."""
 
     @abc.abstractmethod
     async def renew_leases(self, node: str, eids: Sequence[str], lease_until: datetime) -> set[str]:

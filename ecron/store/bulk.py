@@ -1,9 +1,15 @@
-"""Many rows in one statement: the rows travel as one JSON document and the database turns
-them back into a table (``json_each`` on SQLite, ``jsonb_to_recordset`` on PostgreSQL).
+"""Many rows per statement, each still exact: what keeps the hot paths cheap.
 
-This is what keeps the hot paths cheap. Writing the state of 500 executions costs one
-statement and one round trip, not 500; and the compare-and-set of each row stays exact,
-because the statement says which rows it changed (``RETURNING eid``).
+Writing the state of 500 executions costs one round trip, not 500, and the
+compare-and-set of each row stays exact. How depends on the database, decided here once:
+
+- **PostgreSQL**: the rows travel as one JSON document that the statement turns back
+  into a table (``jsonb_to_recordset``), and ``RETURNING`` says which rows it changed.
+- **SQLite** (in-process, so a statement costs no network): one ``executemany`` of a
+  plain parameterised statement, which SQLite runs in C at a few microseconds a row
+  (JSON would be parsed again for every column of every row). A compare-and-set reads
+  the rows' fence and version first, in the same transaction: SQLite's one writer at a
+  time (``BEGIN IMMEDIATE``) means nothing can change them in between.
 
 Values are encoded here, once, in the form each database stores: times as SQLite's text
 (``YYYY-MM-DD HH:MM:SS.ffffff``, UTC) or as RFC 3339 for PostgreSQL, JSON columns as their
@@ -14,12 +20,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 import orjson
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 Kind = Literal["text", "int", "float", "bool", "time", "json"]
 
@@ -32,6 +39,8 @@ _PG_TYPES: dict[Kind, str] = {
     "time": "timestamptz",
     "json": "text",
 }
+#: At most this many values go into one ``IN (...)`` list on SQLite.
+_IN_CHUNK = 500
 
 
 def _aware(when: datetime) -> datetime:
@@ -52,53 +61,6 @@ def _pg_time(when: datetime) -> str:
     return _aware(when).isoformat()
 
 
-@dataclass(frozen=True, slots=True)
-class Rows:
-    """A batch of rows as one statement parameter, for one dialect."""
-
-    dialect: str
-    columns: Mapping[str, Kind]
-
-    def source(self, alias: str = "v") -> str:
-        """The FROM item that turns the ``:rows`` parameter into a table called ``alias``."""
-        if self.dialect == "postgresql":
-            typed = ", ".join(f"{name} {_PG_TYPES[kind]}" for name, kind in self.columns.items())
-            return f"jsonb_to_recordset(CAST(:rows AS jsonb)) AS {alias}({typed})"
-        picked = ", ".join(f"value ->> '{name}' AS {name}" for name in self.columns)
-        return f"(SELECT {picked} FROM json_each(:rows)) AS {alias}"  # noqa: S608 (names only)
-
-    def value(self, name: str, alias: str = "v") -> str:
-        """The SQL expression of column ``name`` of the batch (JSON columns cast back)."""
-        if self.dialect == "postgresql" and self.columns[name] == "json":
-            return f"CAST({alias}.{name} AS json)"
-        return f"{alias}.{name}"
-
-    def encode(self, rows: Iterable[Mapping[str, Any]]) -> str:
-        """The ``:rows`` parameter: every row, each value in the form the database stores."""
-        time_text = _pg_time if self.dialect == "postgresql" else _sqlite_time
-        times = [name for name, kind in self.columns.items() if kind == "time"]
-        documents = [name for name, kind in self.columns.items() if kind == "json"]
-        plain = [name for name in self.columns if name not in times and name not in documents]
-        texts: dict[datetime, str] = {}  # a batch repeats its times (claimed, due at once)
-        out = []
-        for row in rows:
-            item = {name: row[name] for name in plain}
-            for name in times:
-                when = row[name]
-                if when is None:
-                    item[name] = None
-                    continue
-                text = texts.get(when)
-                if text is None:
-                    text = texts[when] = time_text(when)
-                item[name] = text
-            for name in documents:
-                value = row[name]
-                item[name] = None if value is None else _json_text(value)
-            out.append(item)
-        return orjson.dumps(out).decode()
-
-
 def _json_text(value: Any) -> str:
     try:
         return orjson.dumps(value).decode()
@@ -106,55 +68,170 @@ def _json_text(value: Any) -> str:
         return json.dumps(value, default=str)
 
 
-def insert_rows(
-    table: sa.Table, rows: Rows, *, returning: str | None = None, skip_conflicts: bool = True
-) -> sa.TextClause:
-    """``INSERT INTO table (...) SELECT ... FROM <rows>``, skipping rows whose unique keys are
-    taken (``ON CONFLICT DO NOTHING``), returning ``returning`` of the rows inserted."""
-    names = list(rows.columns)
-    values = ", ".join(rows.value(name) for name in names)
-    # Only column names of ecron's own tables go into the text; every value is a parameter.
-    sql = f"INSERT INTO {table.name} ({', '.join(names)}) SELECT {values} FROM {rows.source()}"  # noqa: S608
-    if rows.dialect == "sqlite":
-        sql += " WHERE true"  # SQLite: an upsert after a SELECT needs a WHERE to parse
-    if skip_conflicts:
-        sql += " ON CONFLICT DO NOTHING"
-    if returning is not None:
-        sql += f" RETURNING {returning}"
-    return sa.text(sql)
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Rows of one table, written many per statement (see the module docstring).
 
-
-def update_rows(
-    table: sa.Table,
-    rows: Rows,
-    *,
-    key: Sequence[str],
-    match: Sequence[str] = (),
-    set_columns: Sequence[str],
-    keep_when_null: Sequence[str] = (),
-    extra: str = "",
-    where: str = "",
-    returning: str,
-) -> sa.TextClause:
-    """``UPDATE table SET ... FROM <rows> WHERE`` each row meets its batch row on ``key``
-    (and on ``match``: the compare-and-set columns), ``RETURNING returning``.
-
-    Columns in ``keep_when_null`` keep their stored value where the batch row holds null.
-    ``extra`` is added to the SET list as it is (e.g. ``version = version + 1``), and
-    ``where`` to the conditions (SQL text; bind its parameters on the returned clause).
+    ``columns``: the batch's fields and their kinds. ``key``: the fields that find a row;
+    ``match``: the compare-and-set fields that must equal the row's; ``assign``: column ->
+    the field it is set from (``keep_when_null``: columns that keep their value where the
+    field is null); ``also``: further assignments, as SQL (e.g. ``version = version + 1``);
+    ``where``: a further condition, as SQL over the table's own columns.
     """
-    assignments = []
-    for name in set_columns:
-        value = rows.value(name)
-        if name in keep_when_null:
-            value = f"COALESCE({value}, {table.name}.{name})"
-        assignments.append(f"{name} = {value}")
-    if extra:
-        assignments.append(extra)
-    conditions = [f"{table.name}.{name} = v.{name}" for name in (*key, *match)]
-    if where:
-        conditions.append(f"({where})")
-    # Only column names of ecron's own tables go into the text; every value is a parameter.
-    sql = f"UPDATE {table.name} SET {', '.join(assignments)} FROM {rows.source()} "  # noqa: S608
-    sql += f"WHERE {' AND '.join(conditions)} RETURNING {table.name}.{returning}"
-    return sa.text(sql)
+
+    dialect: str
+    table: str
+    columns: Mapping[str, Kind]
+    key: Sequence[str] = ()
+    match: Sequence[str] = ()
+    assign: Mapping[str, str] = field(default_factory=dict)
+    keep_when_null: Sequence[str] = ()
+    also: str = ""
+    where: str = ""
+
+    # -- values -----------------------------------------------------------------------------
+
+    def encode(self, rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``rows`` (dicts of this batch's fields, changed in place) with every value in the
+        form the database stores."""
+        time_text = _pg_time if self.dialect == "postgresql" else _sqlite_time
+        times = [name for name, kind in self.columns.items() if kind == "time"]
+        documents = [name for name, kind in self.columns.items() if kind == "json"]
+        texts: dict[datetime, str] = {}  # a batch repeats its times (claimed, due at once)
+        out = []
+        for row in rows:
+            for name in times:
+                when = row[name]
+                if when is not None:
+                    text = texts.get(when)
+                    if text is None:
+                        text = texts[when] = time_text(when)
+                    row[name] = text
+            for name in documents:
+                value = row[name]
+                if value is not None:
+                    row[name] = _json_text(value)
+            out.append(row)
+        return out
+
+    # -- writing --------------------------------------------------------------------------
+
+    async def insert(
+        self, conn: AsyncConnection, rows: Iterable[dict[str, Any]], returning: str
+    ) -> set[Any]:
+        """Insert the rows, skipping those whose unique keys are taken; the ``returning``
+        field of the rows inserted (it must be unique to each row, like a new eid)."""
+        encoded = self.encode(rows)
+        if not encoded:
+            return set()
+        names = list(self.columns)
+        if self.dialect == "postgresql":
+            values = ", ".join(self._pg_value(name) for name in names)
+            sql = (
+                f"INSERT INTO {self.table} ({', '.join(names)}) SELECT {values} "
+                f"FROM {self._pg_source()} ON CONFLICT DO NOTHING RETURNING {returning}"
+            )
+            result = await conn.execute(sa.text(sql), {"rows": orjson.dumps(encoded).decode()})
+            return set(result.scalars())
+        marks = ", ".join("?" for _ in names)
+        sql = f"INSERT INTO {self.table} ({', '.join(names)}) VALUES ({marks})"
+        sql += " ON CONFLICT DO NOTHING"
+        result = await conn.exec_driver_sql(sql, [tuple(row[n] for n in names) for row in encoded])
+        wanted = [row[returning] for row in encoded]
+        if result.rowcount == len(encoded):
+            return set(wanted)
+        return await self._present(conn, returning, wanted)
+
+    async def update(
+        self, conn: AsyncConnection, rows: Iterable[dict[str, Any]], returning: str
+    ) -> set[Any]:
+        """Update each row found by ``key`` whose ``match`` fields are as given (and that
+        meets ``where``); the ``returning`` field (a key field) of the rows updated."""
+        encoded = self.encode(rows)
+        if not encoded:
+            return set()
+        if self.dialect == "postgresql":
+            result = await conn.execute(
+                sa.text(self._pg_update(returning)), {"rows": orjson.dumps(encoded).decode()}
+            )
+            return set(result.scalars())
+        if self.match or self.where:
+            encoded = await self._still_matching(conn, encoded)
+        if not encoded:
+            return set()
+        fields = [*self.assign.values(), *self.key, *self.match]
+        await conn.exec_driver_sql(
+            self._sqlite_update(), [tuple(row[f] for f in fields) for row in encoded]
+        )
+        return {row[returning] for row in encoded}
+
+    # -- PostgreSQL -----------------------------------------------------------------------
+
+    def _pg_source(self) -> str:
+        typed = ", ".join(f"{name} {_PG_TYPES[kind]}" for name, kind in self.columns.items())
+        return f"jsonb_to_recordset(CAST(:rows AS jsonb)) AS v({typed})"
+
+    def _pg_value(self, name: str) -> str:
+        if self.columns[name] == "json":
+            return f"CAST(v.{name} AS json)"
+        return f"v.{name}"
+
+    def _pg_update(self, returning: str) -> str:
+        sets = []
+        for column, source in self.assign.items():
+            value = self._pg_value(source)
+            if column in self.keep_when_null:
+                value = f"COALESCE({value}, {self.table}.{column})"
+            sets.append(f"{column} = {value}")
+        if self.also:
+            sets.append(self.also)
+        conditions = [f"{self.table}.{name} = v.{name}" for name in (*self.key, *self.match)]
+        if self.where:
+            conditions.append(f"({self.where})")
+        return (
+            f"UPDATE {self.table} SET {', '.join(sets)} FROM {self._pg_source()} "
+            f"WHERE {' AND '.join(conditions)} RETURNING {self.table}.{returning}"
+        )
+
+    # -- SQLite ---------------------------------------------------------------------------
+
+    def _sqlite_update(self) -> str:
+        sets = []
+        for column in self.assign:
+            value = f"COALESCE(?, {column})" if column in self.keep_when_null else "?"
+            sets.append(f"{column} = {value}")
+        if self.also:
+            sets.append(self.also)
+        conditions = [f"{name} = ?" for name in (*self.key, *self.match)]
+        return f"UPDATE {self.table} SET {', '.join(sets)} WHERE {' AND '.join(conditions)}"
+
+    async def _still_matching(
+        self, conn: AsyncConnection, rows: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """The rows whose ``match`` fields equal the stored row's and that meet ``where``
+        (read in the writing transaction: no other writer can change them before the
+        update)."""
+        (key,) = self.key
+        found: dict[Any, tuple[Any, ...]] = {}
+        condition = f" AND ({self.where})" if self.where else ""
+        for start in range(0, len(rows), _IN_CHUNK):
+            chunk = [row[key] for row in rows[start : start + _IN_CHUNK]]
+            marks = ", ".join("?" for _ in chunk)
+            picked = ", ".join([key, *self.match])
+            sql = f"SELECT {picked} FROM {self.table} WHERE {key} IN ({marks}){condition}"
+            for stored in await conn.exec_driver_sql(sql, tuple(chunk)):
+                found[stored[0]] = tuple(stored[1:])
+        return [
+            row
+            for row in rows
+            if row[key] in found and found[row[key]] == tuple(row[m] for m in self.match)
+        ]
+
+    async def _present(self, conn: AsyncConnection, column: str, values: list[Any]) -> set[Any]:
+        present: set[Any] = set()
+        for start in range(0, len(values), _IN_CHUNK):
+            chunk = values[start : start + _IN_CHUNK]
+            marks = ", ".join("?" for _ in chunk)
+            sql = f"SELECT {column} FROM {self.table} WHERE {column} IN ({marks})"
+            present.update(row[0] for row in await conn.exec_driver_sql(sql, tuple(chunk)))
+        return present

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ecron import __version__
 from ecron.core import ACTIVE, FINAL, INTERRUPTED_REASONS, Execution, Status, Step, TriggerKind
 from ecron.store.base import Page, Store
-from ecron.store.bulk import Kind, Rows, insert_rows, update_rows
+from ecron.store.bulk import Batch, Kind
 from ecron.store.engine import Engines
 from ecron.store.lock import cluster_lock
 from ecron.store.mapping import (
@@ -82,18 +82,15 @@ class SqlStore(LeaseOperations, TaskOperations, Store):
         self.engines = engines
         self.dialect = engines.dialect
         name = engines.dialect.name
-        self._insert_batch = Rows(name, EXECUTION_KINDS)
-        self._insert_statement = insert_rows(execution_table, self._insert_batch, returning="eid")
-        self._save_batch = Rows(name, _SAVE_KINDS)
-        self._save_statement = update_rows(
-            execution_table,
-            self._save_batch,
+        self._inserts = Batch(name, "execution", EXECUTION_KINDS)
+        self._saves = Batch(
+            name,
+            "execution",
+            _SAVE_KINDS,
             key=["eid"],
             match=["fence", "version"],
-            set_columns=STATE_COLUMNS,
+            assign={**{column: column for column in STATE_COLUMNS}, "version": "new_version"},
             keep_when_null=["lease_until"],
-            extra="version = v.new_version",
-            returning="eid",
         )
 
     @classmethod
@@ -128,8 +125,8 @@ class SqlStore(LeaseOperations, TaskOperations, Store):
         fire-time key is taken are left out. The ones inserted, in order."""
         if not executions:
             return []
-        rows = self._insert_batch.encode(execution_values(e) for e in executions)
-        taken = set((await conn.execute(self._insert_statement, {"rows": rows})).scalars())
+        rows = (execution_values(e) for e in executions)
+        taken = await self._inserts.insert(conn, rows, returning="eid")
         inserted = [e for e in executions if e.eid in taken]
         steps = [step_values(e.eid, step) for e in inserted for step in e.steps]
         if steps:
@@ -233,8 +230,8 @@ class SqlStore(LeaseOperations, TaskOperations, Store):
         """Every write in one statement, each row a compare-and-set (see ``Store.save``)."""
         if not writes:
             return []
-        rows = self._save_batch.encode(_state_row(before, after) for before, after in writes)
-        done = set((await conn.execute(self._save_statement, {"rows": rows})).scalars())
+        rows = (_state_row(before, after) for before, after in writes)
+        done = await self._saves.update(conn, rows, returning="eid")
         steps = [
             _step_row(after.eid, new)
             for before, after in writes

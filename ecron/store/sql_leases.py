@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 import sqlalchemy as sa
@@ -18,10 +19,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ecron.core import ACTIVE, HELD, Execution, Status, TriggerKind
 from ecron.store.base import Claimed, Decider, DueTask, Gate, Holder, Planner, Written
-from ecron.store.bulk import Rows, update_rows
+from ecron.store.bulk import Batch, Kind
 from ecron.store.engine import Dialect, Engines
 from ecron.store.sql_tasks import can_fire
-from ecron.store.tables import UTCDateTime, execution_table, task_table
+from ecron.store.tables import execution_table, task_table
 
 _ACTIVE = [str(status) for status in ACTIVE]
 _HELD = [str(status) for status in HELD]
@@ -58,12 +59,14 @@ class LeaseOperations:
 
     # -- claiming fire times ----------------------------------------------------------------
 
-    async def count_due(self, horizon: datetime) -> int:
-        query = (
-            sa.select(sa.func.count())
-            .select_from(task_table)
+    async def count_due(self, horizon: datetime, limit: int | None = None) -> int:
+        due = (
+            sa.select(task_table.c.name)
             .where(*can_fire(), task_table.c.next_fire_at <= horizon)
+            .limit(limit)
+            .subquery()
         )
+        query = sa.select(sa.func.count()).select_from(due)
         async with self.engines.read() as conn:
             return int((await conn.execute(query)).scalar_one())
 
@@ -86,24 +89,10 @@ class LeaseOperations:
             advanced = [(task, decided) for task, decided in plans if decided is not None]
             if advanced:
                 moves = [{"name": t.name, "next_fire_at": p.next_fire_at} for t, p in advanced]
-                await conn.execute(self._advance_statement(), {"rows": self._advance_rows(moves)})
+                await _advance(self.dialect.name).update(conn, moves, returning="name")
             planned = [e for _, decided in advanced for e in decided.executions]
             inserted = await self._insert_executions(conn, planned)
         return Claimed(inserted, read=len(due), advanced=len(advanced))
-
-    def _advance_rows(self, moves: list[dict[str, Any]]) -> str:
-        return Rows(self.dialect.name, {"name": "text", "next_fire_at": "time"}).encode(moves)
-
-    def _advance_statement(self) -> sa.TextClause:
-        rows = Rows(self.dialect.name, {"name": "text", "next_fire_at": "time"})
-        return update_rows(
-            task_table,
-            rows,
-            key=["name"],
-            set_columns=["next_fire_at"],
-            extra="version = task.version + 1",
-            returning="name",
-        )
 
     # -- starting what was claimed ----------------------------------------------------------
 
@@ -194,9 +183,13 @@ class LeaseOperations:
         lease_for: Callable[[Execution], datetime],
         limit: int,
         *,
-        skip: Collection[str] = (),
+        skip: Collection[str] | None = None,
     ) -> list[Execution]:
-        free = sa.or_(execution_table.c.owner.is_(None), execution_table.c.lease_until < now)
+        expired = execution_table.c.lease_until < now
+        if skip is None:  # other nodes' work only: what this node holds is not even read
+            expired = sa.and_(expired, execution_table.c.owner != node)
+        free = sa.or_(execution_table.c.owner.is_(None), expired)
+        skip = skip or ()
         query = self._locking(
             sa.select(execution_table)
             .where(execution_table.c.status.in_(_HELD), free)
@@ -209,8 +202,9 @@ class LeaseOperations:
             found = found[:limit]
             if not found:
                 return []
-            rows = [{"eid": e.eid, "lease_until": lease_for(e)} for e in found]
-            taken = set(await self._take_rows(conn, node, rows, now))
+            rows = [{"eid": e.eid, "lease_until": lease_for(e), "owner": node} for e in found]
+            # the rows were read (and locked, on PostgreSQL) in this transaction: still free
+            taken = await _take(self.dialect.name).update(conn, rows, returning="eid")
         return [
             execution.evolve(
                 owner=node,
@@ -221,27 +215,6 @@ class LeaseOperations:
             for execution in found
             if execution.eid in taken
         ]
-
-    async def _take_rows(
-        self, conn: AsyncConnection, node: str, rows: list[dict[str, Any]], now: datetime
-    ) -> list[str]:
-        """Give ``node`` the leases of those of ``rows`` (eid, lease_until) still held
-        (SCHEDULED or active) and free at ``now``, raising their fence; their eids."""
-        batch = Rows(self.dialect.name, {"eid": "text", "lease_until": "time"})
-        statement = update_rows(
-            execution_table,
-            batch,
-            key=["eid"],
-            set_columns=["lease_until"],
-            extra="owner = :node, fence = execution.fence + 1, version = execution.version + 1",
-            where=f"execution.status IN ({_HELD_SQL}) "
-            "AND (execution.owner IS NULL OR execution.lease_until < :now)",
-            returning="eid",
-        ).bindparams(sa.bindparam("now", type_=UTCDateTime()))
-        result = await conn.execute(
-            statement, {"rows": batch.encode(rows), "node": node, "now": now}
-        )
-        return list(result.scalars())
 
     async def renew_leases(self, node: str, eids: Sequence[str], lease_until: datetime) -> set[str]:
         renewed: set[str] = set()
@@ -294,3 +267,31 @@ class LeaseOperations:
                 return []
             query = sa.select(execution_table).where(execution_table.c.eid.in_(done))
             return await self._read_executions(conn, query)
+
+
+@cache
+def _advance(dialect: str) -> Batch:
+    """Many tasks' next fire times moved at once."""
+    columns: dict[str, Kind] = {"name": "text", "next_fire_at": "time"}
+    return Batch(
+        dialect,
+        "task",
+        columns,
+        key=["name"],
+        assign={"next_fire_at": "next_fire_at"},
+        also="version = version + 1",
+    )
+
+
+@cache
+def _take(dialect: str) -> Batch:
+    """The leases of many free executions given to one node at once, their fences raised."""
+    columns: dict[str, Kind] = {"eid": "text", "lease_until": "time", "owner": "text"}
+    return Batch(
+        dialect,
+        "execution",
+        columns,
+        key=["eid"],
+        assign={"lease_until": "lease_until", "owner": "owner"},
+        also="fence = fence + 1, version = version + 1",
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 import sqlalchemy as sa
@@ -13,7 +14,7 @@ from sqlalchemy.engine import RowMapping
 from ecron.config.model import TaskSpec
 from ecron.schedules import Schedule, next_fire_time
 from ecron.store.base import SyncResult, TaskState
-from ecron.store.bulk import Rows, update_rows
+from ecron.store.bulk import Batch, Kind
 from ecron.store.engine import Engines
 from ecron.store.mapping import to_task
 from ecron.store.tables import task_table
@@ -137,19 +138,9 @@ class TaskOperations:
     async def tasks_succeeded(self, ends: Mapping[str, datetime]) -> None:
         if not ends:
             return
-        rows = Rows(self.engines.dialect.name, {"name": "text", "last_end_at": "time"})
-        statement = update_rows(  # most tasks count no failures: their rows are not written
-            task_table,
-            rows,
-            key=["name"],
-            set_columns=["last_end_at"],
-            extra="consecutive_failures = 0, version = task.version + 1",
-            where="task.consecutive_failures <> 0",
-            returning="name",
-        )
-        batch = rows.encode({"name": name, "last_end_at": at} for name, at in ends.items())
+        rows = [{"name": name, "last_end_at": at} for name, at in ends.items()]
         async with self.engines.write() as conn:
-            await conn.execute(statement, {"rows": batch})
+            await _successes(self.engines.dialect.name).update(conn, rows, returning="name")
 
     async def set_paused(
         self, name: str, paused: bool, reason: str | None, next_fire_at: datetime | None
@@ -222,3 +213,19 @@ def _changed_task(row: RowMapping, spec: TaskSpec, now: datetime) -> dict[str, A
     values["retired"] = False
     values["version"] = row["version"] + 1
     return values
+
+
+@cache
+def _successes(dialect: str) -> Batch:
+    """Successes recorded on many tasks at once: most tasks count no failures, and their
+    rows are not written."""
+    columns: dict[str, Kind] = {"name": "text", "last_end_at": "time"}
+    return Batch(
+        dialect,
+        "task",
+        columns,
+        key=["name"],
+        assign={"last_end_at": "last_end_at"},
+        also="consecutive_failures = 0, version = version + 1",
+        where="consecutive_failures <> 0",
+    )

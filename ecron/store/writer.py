@@ -77,7 +77,8 @@ class StateWriter:
         done: asyncio.Future[Execution | None] = asyncio.get_running_loop().create_future()
         self._add(_Write(before, after, [done]))
         self._urgent.set()
-        return await asyncio.shield(done)
+        # Not shielded: a caller cancelled meanwhile cancels its wait, not the write.
+        return await done
 
     def save_soon(self, before: Execution, after: Execution) -> None:
         """Write ``after`` over ``before`` within ``linger``; the caller does not wait."""
