@@ -172,6 +172,8 @@ def deadline_passed(execution: Execution, now: datetime) -> bool:
 
 def current_step(execution: Execution) -> Step | None:
     """The step in flight: the first one that did not succeed (None for a one-call task)."""
+    if not execution.steps:
+        return None
     return next((step for step in execution.steps if step.status is not Status.SUCCESS), None)
 
 

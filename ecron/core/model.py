@@ -46,31 +46,47 @@ def parse_report(body: Any) -> Report:
     if not isinstance(body, dict):
         raise InvalidReport(f"a report is a JSON object, not {type(body).__name__}")
     raw_status = body.get("status")
-    if not isinstance(raw_status, str):
-        raise InvalidReport("a report needs a string 'status'")
-    try:
-        status = RemoteStatus(raw_status.strip().upper())
-    except ValueError:
-        raise InvalidReport(
-            f"unknown status {raw_status!r}: expected RUNNING, SUCCESS, FAILED or UNKNOWN"
-        ) from None
+    status = _STATUSES.get(raw_status) if isinstance(raw_status, str) else None
+    if status is None:  # not written the usual way: read it the long way
+        status = _read_status(raw_status)
     warnings: list[str] = []
-    progress = _read_progress(body.get("progress"), warnings)
+    progress = body.get("progress")
+    if progress is not None and (type(progress) is not float or not 0.0 <= progress <= 100.0):
+        progress = _read_progress(progress, warnings)  # the usual float in range passes as is
     message = body.get("message")
     if message is not None and not isinstance(message, str):
         warnings.append(f"message {message!r} is not a string; ignored")
         message = None
-    result, truncated = _cap_result(body.get("result"))
-    interrupted = body.get("interrupted") is True
+    result = body.get("result")
+    truncated = False
+    if result is not None:
+        result, truncated = _cap_result(result)
     return Report(
         status=status,
         progress=progress,
         message=message[:MESSAGE_LIMIT] if message is not None else None,
         result=result,
         result_truncated=truncated,
-        interrupted=interrupted,
-        warnings=tuple(warnings),
+        interrupted=body.get("interrupted") is True,
+        warnings=tuple(warnings) if warnings else (),
     )
+
+
+#: Statuses as user services usually write them.
+_STATUSES = {status.value: status for status in RemoteStatus} | {
+    status.value.lower(): status for status in RemoteStatus
+}
+
+
+def _read_status(raw: Any) -> RemoteStatus:
+    if not isinstance(raw, str):
+        raise InvalidReport("a report needs a string 'status'")
+    try:
+        return RemoteStatus(raw.strip().upper())
+    except ValueError:
+        raise InvalidReport(
+            f"unknown status {raw!r}: expected RUNNING, SUCCESS, FAILED or UNKNOWN"
+        ) from None
 
 
 def _read_progress(value: Any, warnings: list[str]) -> float | None:

@@ -5,12 +5,16 @@ the call in flight (the execution itself, or its current step)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 
 from ecron.config.model import CallSettings, TaskSpec
 from ecron.core import Execution, TriggerSent, current_step
 from ecron.errors import EcronError
 from ecron.executor.http import CallContext
 from ecron.planning import trigger_sent
+
+#: Call contexts kept at most (one per execution and step in flight, usually).
+KNOWN_CALLS = 50_000
 
 
 class UnknownTask(EcronError):
@@ -28,6 +32,9 @@ class Calls:
         self.specs = specs
         #: Specs of tasks removed by a reload while executions of them were in flight.
         self.retired: dict[str, TaskSpec] = {}
+        self._known: dict[
+            tuple[str, int | None, datetime | None], tuple[TaskSpec, CallSettings, CallContext]
+        ] = {}
 
     def spec_of(self, task: str) -> TaskSpec:
         """The spec ``task`` runs under; ``UnknownTask`` when this node knows none."""
@@ -42,9 +49,15 @@ class Calls:
 
     def call_of(self, execution: Execution) -> tuple[CallSettings, CallContext]:
         """The call settings and header context of the call in flight for ``execution``:
-        the execution itself, or its current step (under the step's remote id)."""
+        the execution itself, or its current step (under the step's remote id). Asked at
+        every poll; worked out again only when the step, the deadline or the spec moved."""
         spec = self.spec_of(execution.task)
         step = current_step(execution)
+        number = None if step is None else step.number
+        key = (execution.eid, number, execution.deadline)
+        known = self._known.get(key)
+        if known is not None and known[0] is spec:
+            return known[1], known[2]
         ctx = CallContext(
             remote_id=execution.eid if step is None else step.remote_id,
             eid=execution.eid,
@@ -54,9 +67,13 @@ class Calls:
             attempt=execution.attempt,
             resume_of=execution.resume_of,
             step_name=None if step is None else step.name,
-            step_number=None if step is None else step.number,
+            step_number=number,
         )
-        return spec.call(ctx.step_number), ctx
+        call = spec.call(number)
+        if len(self._known) >= KNOWN_CALLS:
+            self._known.clear()
+        self._known[key] = (spec, call, ctx)
+        return call, ctx
 
     def trigger_sent(self, execution: Execution) -> TriggerSent:
         """The event for the trigger of the call in flight (see ``planning.trigger_sent``)."""

@@ -4,6 +4,7 @@ ahead, or active), with an index of the active ones per task. Memory only, no I/
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 from ecron.core import ACTIVE, Execution
 
@@ -17,6 +18,13 @@ class Held(Mapping[str, Execution]):
 
     def __getitem__(self, eid: str) -> Execution:
         return self._by_eid[eid]
+
+    def get(self, eid: str, default: Any = None) -> Any:  # Mapping's own is slow
+        """The execution held under ``eid``, or ``default``."""
+        return self._by_eid.get(eid, default)
+
+    def __contains__(self, eid: object) -> bool:
+        return eid in self._by_eid
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._by_eid)

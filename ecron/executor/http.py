@@ -112,7 +112,9 @@ class HttpCaller:
         metrics: Metrics | None = None,
     ) -> None:
         self.metrics = metrics
-        self._polls: dict[CallContext, tuple[CallSettings, URL, CIMultiDict[str] | None]] = {}
+        self._polls: dict[
+            tuple[str, datetime | None], tuple[CallSettings, URL, CIMultiDict[str] | None]
+        ] = {}
         self._children: dict[tuple[str, OutcomeKind], tuple[Counter, Histogram]] = {}
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
         self._bodies: dict[int, tuple[CallSettings, bytes, URL]] = {}
@@ -132,13 +134,16 @@ class HttpCaller:
     async def poll(self, call: CallSettings, ctx: CallContext) -> CallOutcome:
         """``GET {poll_url}`` (the URL and the headers of an unsigned poll are worked out once
         per execution and deadline: a poll is the call made most often by far)."""
-        prepared = self._polls.get(ctx)
+        # A remote id names its execution and step, so with the deadline (the one header
+        # that can change) it names the whole context.
+        key = (ctx.remote_id, ctx.deadline)
+        prepared = self._polls.get(key)
         if prepared is None or prepared[0] is not call:  # new, or the config was reloaded
             if len(self._polls) >= POLL_CACHE:
                 self._polls.clear()
             url = expand(call.poll_url, call, ctx)
             headers = None if call.secret else self.headers("GET", url, call, ctx, b"")
-            prepared = self._polls[ctx] = (call, url, headers)
+            prepared = self._polls[key] = (call, url, headers)
         _, url, headers = prepared
         return await self._request("GET", url, call, ctx, b"", headers)
 

@@ -80,7 +80,12 @@ class Recorder:
         self._lost_leases = metrics.leases_lost
 
     async def record(
-        self, execution: Execution, event: Event, *, as_owner: bool = True
+        self,
+        execution: Execution,
+        event: Event,
+        *,
+        as_owner: bool = True,
+        now: datetime | None = None,
     ) -> tuple[Transition, Execution | None]:
         """Apply ``event`` and store the result; see the module docstring.
 
@@ -88,10 +93,11 @@ class Recorder:
         deadline), so it is dropped once the lease moved on; a callback or a person's
         cancel is not (it holds no lease), and is always durable. Returns the transition and
         the stored execution, or None when it was dropped or the row is gone. A
-        ``cancel_due`` transition is not stored: the caller sends the cancel.
+        ``cancel_due`` transition is not stored: the caller sends the cancel. ``now``: when
+        the event happened, if the caller knows (else the clock is read).
         """
         before = execution
-        transition = apply(before, event, self.clock.now())
+        transition = apply(before, event, now or self.clock.now())
         for _ in range(RECORD_ATTEMPTS):
             if transition.cancel_due or not transition.changed:
                 return transition, before

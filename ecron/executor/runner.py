@@ -263,9 +263,13 @@ class Executor:
                 self._due_starts.put_nowait([eid for eid, _, _ in starts])
             for eid, job, due in self._pop(self._calls, now + DISPATCH_WINDOW):
                 assert job is not None
-                await self._queue.put((job, eid))
+                if self._queue.full():  # every worker busy: wait for one (and the time moves)
+                    await self._queue.put((job, eid))
+                    now = self.clock.now()
+                else:
+                    self._queue.put_nowait((job, eid))
                 if job is _Job.LOOK:
-                    self._lateness.observe(max(0.0, (self.clock.now() - due).total_seconds()))
+                    self._lateness.observe(max(0.0, (now - due).total_seconds()))
             earliest = [heap[0][0] for heap in (self._starts, self._calls) if heap]
             delay = (min(earliest) - self.clock.now()).total_seconds() if earliest else None
             with suppress(TimeoutError):
@@ -375,7 +379,8 @@ class Executor:
         if adopted:
             self._adopted.discard(eid)
         event = poll_event(outcome, call, ctx.step_number, after_takeover=adopted)
-        transition, stored = await self.recorder.record(current, event)
+        answered = self.clock.now()
+        transition, stored = await self.recorder.record(current, event, now=answered)
         if isinstance(event, ProbeFailed) and stored is not None:
             with about(stored, self.node_id):
                 log.warning(
@@ -385,7 +390,7 @@ class Executor:
                     outcome=str(outcome.kind),
                     detail=outcome.detail,
                 )
-        self.plan_next(transition, stored)
+        self.plan_next(transition, stored, call, answered)
 
     async def _finish_abandoned_cancel(self, execution: Execution, now: datetime) -> None:
         """A cancel was recorded (by a node that died, or elsewhere) but never finished:
@@ -421,8 +426,15 @@ class Executor:
         transition, stored = await self.recorder.record(fresh, event)
         self.plan_next(transition, stored)
 
-    def plan_next(self, transition: Transition, stored: Execution | None) -> None:
-        """After a report: time out now, look again later, or nothing (final or let go)."""
+    def plan_next(
+        self,
+        transition: Transition,
+        stored: Execution | None,
+        call: CallSettings | None = None,
+        now: datetime | None = None,
+    ) -> None:
+        """After a report: time out now, look again later, or nothing (final or let go).
+        ``call``: the settings of the call that was answered, when the step did not move."""
         if transition.cancel_due:
             self.spawn(
                 self.stopper.stop(transition.before, Status.TIMED_OUT, "the task timeout passed"),
@@ -431,21 +443,27 @@ class Executor:
             return
         if stored is None or stored.is_final or stored.eid not in self.held:
             return
-        if _call_status(stored) is Status.PENDING and not _call_started(stored):
+        if stored.steps and _call_status(stored) is Status.PENDING and not _call_started(stored):
             # The previous step succeeded: the next one is triggered now.
             self._plan(stored.eid, self.clock.now(), _Job.TRIGGER_ADOPTED)
             return
-        self.schedule(stored.eid, self._next_due(stored))
+        if stored.steps:
+            call = None  # the step may have moved: its own settings
+        self.schedule(stored.eid, self._next_due(stored, call, now))
 
-    def _next_due(self, execution: Execution) -> datetime:
+    def _next_due(
+        self, execution: Execution, call: CallSettings | None = None, now: datetime | None = None
+    ) -> datetime:
         """When to look at a RUNNING execution next: its next poll (or, in callback mode,
         the end of its heartbeat), never after its deadline."""
-        call, _ = self.calls.call_of(execution)
+        if call is None:
+            call, _ = self.calls.call_of(execution)
+        now = now or self.clock.now()
         if call.mode == "callback":
-            since = execution.last_report_at or execution.triggered_at or self.clock.now()
+            since = execution.last_report_at or execution.triggered_at or now
             due = since + call.heartbeat_timeout
         else:
-            due = self.clock.now() + call.poll_interval
+            due = now + call.poll_interval
         if execution.deadline is not None:
             due = min(due, execution.deadline)
         return due

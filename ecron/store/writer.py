@@ -51,7 +51,7 @@ class StateWriter:
         store: Store,
         *,
         max_batch: int = 500,
-        linger: timedelta = timedelta(milliseconds=5),
+        linger: timedelta = timedelta(milliseconds=50),
         on_lost: Lost | None = None,
     ) -> None:
         self.store = store
