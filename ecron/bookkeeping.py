@@ -111,6 +111,12 @@ class Bookkeeping:
         if following is not None:
             self.wake()
 
+    async def close(self) -> None:
+        """Record what is waiting, now (the daemon stops)."""
+        if self._flusher is not None and not self._flusher.done():
+            self._flusher.cancel()
+        await self.flush()
+
     async def _record_successes(self) -> None:
         await asyncio.sleep(SUCCESS_LINGER.total_seconds())
         await self.flush()

@@ -173,19 +173,22 @@ class Daemon:
         self.scheduler.wake()
 
     async def stop(self) -> None:
-        """Stop claiming, let calls in progress finish briefly, hand leases back, close."""
-        if hasattr(self, "scheduler"):
-            self.scheduler.claiming = False
-        for loop in self._loops:
-            if loop.get_name() in ("ecron-scheduler", "ecron-patrol"):
-                loop.cancel()
-        if hasattr(self, "executor"):
+        """Stop claiming, let calls in progress finish briefly, hand leases back, close.
+
+        Each loop ends between two rounds, never inside a transaction (a transaction cut off
+        by cancellation could leave a SQLite connection holding the write lock); only a loop
+        that does not end in time is cancelled.
+        """
+        if hasattr(self, "parts"):
+            self.scheduler.stop()
+            self.patrol.stop()
+            await self._end({"ecron-scheduler", "ecron-patrol"}, SHUTDOWN_GRACE)
             await self.executor.drain(SHUTDOWN_GRACE)
-        for loop in self._loops:
-            loop.cancel()
-        for loop in self._loops:
-            with suppress(asyncio.CancelledError):
-                await loop
+            await self.parts.bookkeeping.close()
+            await self.parts.recorder.close()
+            self.leases.stop()
+            await self._end({"ecron-keep-alive"}, SHUTDOWN_GRACE)
+        await self._end({loop.get_name() for loop in self._loops}, 0)
         self._loops = []
         if hasattr(self, "executor"):
             released = 0
@@ -194,6 +197,17 @@ class Daemon:
                 await self.store.remove_node(self.node_id)
             log.info("daemon_stopped", node=self.node_id, released=released)
         await self._stack.aclose()
+
+    async def _end(self, names: set[str], timeout: float) -> None:
+        """Wait up to ``timeout`` for the loops called ``names`` to end; cancel the rest."""
+        loops = [loop for loop in self._loops if loop.get_name() in names]
+        if loops and timeout > 0:
+            await asyncio.wait(loops, timeout=timeout)
+        for loop in loops:
+            loop.cancel()
+        for loop in loops:
+            with suppress(asyncio.CancelledError):
+                await loop
 
 
 async def run_until_signalled(config: Config, reload: Callable[[], Config] | None = None) -> None:

@@ -20,6 +20,7 @@ import asyncio
 import os
 import socket
 from collections.abc import Callable
+from contextlib import suppress
 from datetime import datetime, timedelta
 
 import structlog
@@ -72,6 +73,7 @@ class Leases:
         self.live_nodes = 1
         self._next_takeover: datetime | None = None
         self._next_own_sweep: datetime | None = None
+        self._stopping = asyncio.Event()
         #: Called with the eids whose leases this node lost or let lapse.
         self.on_lost: Callable[[list[str]], None] = self._forget
 
@@ -169,8 +171,11 @@ class Leases:
         leases to expire, it lets go of everything: another node may have taken over."""
         interval = self.settings.lease_ttl.total_seconds() / 2
         valid_until = self.full_until(self.clock.now())
-        while True:
-            await asyncio.sleep(interval)
+        while not self._stopping.is_set():
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=interval)
+            if self._stopping.is_set():
+                return
             now = self.clock.now()
             try:
                 await self.store.heartbeat(self.node_id, now)
@@ -185,6 +190,10 @@ class Leases:
             valid_until = self.full_until(now)
             if lost:
                 self.on_lost(lost)
+
+    def stop(self) -> None:
+        """End the renewal loop after the renewal under way, if any."""
+        self._stopping.set()
 
     async def register(self) -> None:
         """Say this node is alive (at start)."""

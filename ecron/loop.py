@@ -24,7 +24,7 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     if uvloop_wanted():
         import uvloop
 
-        return uvloop.run(main)  # type: ignore[no-any-return]
+        return uvloop.run(main)
     return asyncio.run(main)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import suppress
 from datetime import datetime, timedelta
 
 import structlog
@@ -66,18 +67,27 @@ class Patrol:
             "stale": self.stale,
             "retention": self.retention,
         }
+        self._stopping = asyncio.Event()
         #: When the patrol last went round, and what each job did then.
         self.last_run: datetime | None = None
         self.last_counts: dict[str, int] = {}
 
     async def run(self) -> None:
-        """Patrol every ``patrol_interval``, until cancelled."""
-        while True:
-            await asyncio.sleep(self.settings.patrol_interval.total_seconds())
+        """Patrol every ``patrol_interval``, until ``stop`` (between rounds)."""
+        interval = self.settings.patrol_interval.total_seconds()
+        while not self._stopping.is_set():
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=interval)
+            if self._stopping.is_set():
+                return
             try:
                 await self.run_once()
             except Exception:
                 log.exception("patrol_failed")
+
+    def stop(self) -> None:
+        """End the loop after the round under way, if any."""
+        self._stopping.set()
 
     async def run_once(self) -> dict[str, int] | None:
         """One round, if this node gets the lock; what each job did (-1: it failed)."""

@@ -76,6 +76,7 @@ class Scheduler:
         self._wake = asyncio.Event()
         self._manual: dict[str, datetime] = {}
         self.claiming = True
+        self._stopping = False
         #: When the loop last went round, for readiness checks.
         self.last_tick: datetime | None = None
         executor.starter = self.start
@@ -85,9 +86,16 @@ class Scheduler:
         """Look for work now instead of at the next tick."""
         self._wake.set()
 
+    def stop(self) -> None:
+        """Stop claiming; the loop ends after its current round."""
+        self.claiming = False
+        self._stopping = True
+        self._wake.set()
+
     async def run(self) -> None:
-        """The scheduler loop; runs until cancelled."""
-        while True:
+        """The scheduler loop; runs until ``stop`` (between two rounds, never inside a
+        transaction) or until cancelled."""
+        while not self._stopping:
             self._wake.clear()
             now = self.clock.now()
             self.last_tick = now

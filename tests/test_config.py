@@ -131,7 +131,7 @@ def test_the_design_example_config_validates_with_its_variables_set(tmp_path: Pa
     assert nightly.headers == {"Authorization": "Bearer reports-token"}
     assert nightly.secret == "signing-secret"
     assert nightly.timezone == "Asia/Shanghai"
-    assert config.tasks["etl"].step_names == ["fetch", "load"]
+    assert config.tasks["etl"].step_names == ("fetch", "load")
 
 
 def test_node_id_auto_is_left_for_the_daemon_to_resolve(tmp_path: Path) -> None:

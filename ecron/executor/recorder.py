@@ -225,6 +225,13 @@ class Recorder:
             log.debug("execution_let_go", execution_id=eid, reason=why)
             self._lost_leases.inc()
 
+    async def close(self, timeout: float = 2.0) -> None:
+        """Let the rows being read again be read (the daemon stops)."""
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=timeout)
+        for task in list(self._background):
+            task.cancel()
+
     def _lost_behind(self, before: Execution, after: Execution) -> None:
         """A write-behind change lost its compare: read the row again (in the background)."""
         task = asyncio.create_task(self._refresh(after), name=f"ecron-refresh-{before.eid}")

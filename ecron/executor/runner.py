@@ -120,6 +120,10 @@ class Executor:
         #: Executions taken over and not polled since: their first poll is the residue check.
         self._adopted: set[str] = set()
         self._lateness = self.metrics.poll_lateness
+        #: Workers in the middle of a job, and whether a start decision is under way.
+        self._busy = 0
+        self._starting = False
+        self._stopping = False
 
     # -- what the rest of ecron calls ----------------------------------------------------
 
@@ -231,11 +235,21 @@ class Executor:
                 group.create_task(self._work(), name=f"ecron-worker-{number}")
 
     async def drain(self, timeout: float) -> None:
-        """Let trigger retries and cancels in progress finish, and the writes they made, for
-        at most ``timeout`` seconds."""
+        """Stop taking up new work; let the calls already handed to the workers, trigger
+        retries and cancels in progress finish, and the writes they made, for at most
+        ``timeout`` seconds in all."""
+        self._stopping = True
+        self._wake.set()
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self._busy or not self._queue.empty() or self._starting:
+            if asyncio.get_running_loop().time() >= deadline:
+                break
+            await asyncio.sleep(0.01)
+        left = max(0.0, deadline - asyncio.get_running_loop().time())
         if self._background:
-            await asyncio.wait(set(self._background), timeout=timeout)
-        await self.recorder.writer.drain(timeout)
+            await asyncio.wait(set(self._background), timeout=left)
+        left = max(0.0, deadline - asyncio.get_running_loop().time())
+        await self.recorder.writer.drain(left)
 
     def spawn(self, coroutine: Coroutine[Any, Any, Any], name: str) -> None:
         """Run ``coroutine`` in the background, kept until it ends (``drain`` waits for it)."""
@@ -255,7 +269,7 @@ class Executor:
             self._wake.set()
 
     async def _dispatch(self) -> None:
-        while True:
+        while not self._stopping:
             self._wake.clear()
             now = self.clock.now()
             starts = self._pop(self._starts, now)
@@ -290,7 +304,7 @@ class Executor:
 
     async def _start_due(self) -> None:
         """Start the claimed executions that fell due, many in one decision."""
-        while True:
+        while not self._stopping:
             eids = await self._due_starts.get()
             while not self._due_starts.empty():
                 eids += self._due_starts.get_nowait()
@@ -300,8 +314,14 @@ class Executor:
             if self.starter is None:
                 continue
             # In slices: the first triggers leave while the next slice is being decided.
-            for first in range(0, len(claimed), START_SLICE):
-                await self._start_slice(claimed[first : first + START_SLICE])
+            self._starting = True
+            try:
+                for first in range(0, len(claimed), START_SLICE):
+                    if self._stopping:
+                        break  # what is left stays claimed: released, another node starts it
+                    await self._start_slice(claimed[first : first + START_SLICE])
+            finally:
+                self._starting = False
 
     async def _start_slice(self, claimed: list[Execution]) -> None:
         assert self.starter is not None
@@ -320,6 +340,7 @@ class Executor:
     async def _work(self) -> None:
         while True:
             job, eid = await self._queue.get()
+            self._busy += 1
             try:
                 if job is _Job.LOOK:
                     await self._look_at(eid)
@@ -333,6 +354,8 @@ class Executor:
                 log.exception("poll_failed_unexpectedly", execution_id=eid)
                 if eid in self.held:
                     self.schedule(eid, self.clock.now() + RETRY_AFTER_ERROR)
+            finally:
+                self._busy -= 1
 
     async def _hand_back(self, eid: str, exc: UnknownTask) -> None:
         """This node does not know the execution's task: release it for a node that does."""
