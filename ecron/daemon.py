@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import secrets
 import signal
@@ -34,6 +35,8 @@ log = structlog.get_logger(__name__)
 
 #: How long a stopping daemon lets triggers and cancels in progress finish.
 SHUTDOWN_GRACE = 5.0
+#: The garbage collector's thresholds once the daemon runs (Python's: 700, 10, 10).
+GC_THRESHOLDS = (20_000, 20, 20)
 
 
 def resolve_node_id(node_id: str) -> str:
@@ -210,11 +213,23 @@ class Daemon:
                 await loop
 
 
+def settle_memory() -> None:
+    """After start-up (``ecron run``; not for a daemon inside another program): the objects
+    made so far (modules, config, tasks) are kept for good, so the garbage collector stops
+    walking them; and it runs less often. The engine makes and
+    drops many small objects per second, few of them in cycles, and holds tens of thousands
+    of executions that a full collection would walk each time."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 async def run_until_signalled(config: Config, reload: Callable[[], Config] | None = None) -> None:
     """Run a daemon until SIGTERM or SIGINT; SIGHUP calls ``reload`` for a new config."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     async with Daemon(config) as daemon:
+        settle_memory()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         if reload is not None:

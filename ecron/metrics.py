@@ -6,9 +6,17 @@ never an execution id. docs/observability.md lists every series.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+import time
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Sequence
+from itertools import accumulate
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 #: Buckets for things measured in seconds that range from milliseconds to hours.
 LONG_BUCKETS = (0.1, 0.5, 1, 5, 15, 30, 60, 300, 900, 1800, 3600, 7200, 21600, 86400)
@@ -21,26 +29,25 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = registry = CollectorRegistry(auto_describe=True)
-        self.executions_finished = Counter(
+        self.executions_finished = PerLabelCounter(
             "ecron_executions_finished",
             "Executions that reached a final status.",
-            ["task", "status", "reason"],
-            registry=registry,
+            ("task", "status", "reason"),
         )
-        self.execution_duration = Histogram(
+        self.execution_duration = PerLabelHistogram(
             "ecron_execution_duration_seconds",
             "From the first trigger to the end, of finished executions.",
-            ["task"],
-            buckets=LONG_BUCKETS,
-            registry=registry,
+            ("task",),
+            LONG_BUCKETS,
         )
-        self.trigger_lag = Histogram(
+        self.trigger_lag = PerLabelHistogram(
             "ecron_trigger_lag_seconds",
             "From the fire time (plus jitter) to the first trigger leaving.",
-            ["task"],
-            buckets=SHORT_BUCKETS,
-            registry=registry,
+            ("task",),
+            SHORT_BUCKETS,
         )
+        for series in (self.executions_finished, self.execution_duration, self.trigger_lag):
+            registry.register(series)
         self.poll_lateness = Histogram(
             "ecron_poll_lateness_seconds",
             "How much later than planned a poll (or deadline check) was started.",
@@ -114,33 +121,80 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+class PerLabelCounter(Collector):
+    """A counter with one child per label set (a task's, thousands of them), each a plain
+    number made the first time it counts: a ``prometheus_client`` child costs a lock and
+    microseconds to make, which ten thousand tasks firing at once would pay together. The
+    event loop is its one writer; the scrape reads it."""
+
+    def __init__(self, name: str, documentation: str, labels: tuple[str, ...]) -> None:
+        self.name, self.documentation, self.labels = name, documentation, labels
+        self._counts: dict[tuple[str, ...], list[float]] = {}
+
+    def inc(self, *values: str, amount: float = 1.0) -> None:
+        """Count ``amount`` for the label values ``values`` (in the order of ``labels``)."""
+        count = self._counts.get(values)
+        if count is None:
+            count = self._counts[values] = [0.0, time.time()]
+        count[0] += amount
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labels)
+        for values, (count, created) in list(self._counts.items()):
+            family.add_metric(values, count, created=created)
+        yield family
+
+    def describe(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(self.name, self.documentation, labels=self.labels)
+
+
+class PerLabelHistogram(Collector):
+    """A histogram with one child per label set, each a list of bucket counts (see
+    ``PerLabelCounter``). Exposed exactly as ``prometheus_client`` exposes a histogram."""
+
+    def __init__(
+        self, name: str, documentation: str, labels: tuple[str, ...], buckets: Sequence[float]
+    ) -> None:
+        self.name, self.documentation, self.labels = name, documentation, labels
+        self.bounds = tuple(float(b) for b in buckets)
+        self._edges = [floatToGoString(b) for b in (*self.bounds, math.inf)]  # type: ignore[no-untyped-call]
+        #: Per label set: a count per bucket (the last one +Inf), the sum, when it was made.
+        self._children: dict[tuple[str, ...], tuple[list[int], list[float]]] = {}
+
+    def observe(self, value: float, *values: str) -> None:
+        """Observe ``value`` for the label values ``values``."""
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = ([0] * (len(self.bounds) + 1), [0.0, time.time()])
+        child[0][bisect_left(self.bounds, value)] += 1
+        child[1][0] += value
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labels)
+        for values, (counts, (total, created)) in list(self._children.items()):
+            buckets = list(zip(self._edges, accumulate(counts), strict=True))
+            family.add_metric(values, buckets, total)
+            family.samples.append(
+                Sample(f"{self.name}_created", dict(zip(self.labels, values, strict=True)), created)
+            )
+        yield family
+
+    def describe(self) -> Iterator[Metric]:
+        yield HistogramMetricFamily(self.name, self.documentation, labels=self.labels)
+
+
 class Series:
-    """The per-task children of the series the engine updates for every execution, looked up
-    once per label set (a label lookup costs more than the update)."""
+    """The per-task series the engine updates for every execution, with the per-call
+    lookups of the others done once."""
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
-        self._lag: dict[str, Histogram] = {}
-        self._duration: dict[str, Histogram] = {}
-        self._finished: dict[tuple[str, str, str], Counter] = {}
 
-    def trigger_lag(self, task: str) -> Histogram:
-        found = self._lag.get(task)
-        if found is None:
-            found = self._lag[task] = self.metrics.trigger_lag.labels(task=task)
-        return found
+    def trigger_lag(self, task: str, seconds: float) -> None:
+        self.metrics.trigger_lag.observe(seconds, task)
 
-    def duration(self, task: str) -> Histogram:
-        found = self._duration.get(task)
-        if found is None:
-            found = self._duration[task] = self.metrics.execution_duration.labels(task=task)
-        return found
+    def duration(self, task: str, seconds: float) -> None:
+        self.metrics.execution_duration.observe(seconds, task)
 
-    def finished(self, task: str, status: str, reason: str) -> Counter:
-        key = (task, status, reason)
-        found = self._finished.get(key)
-        if found is None:
-            found = self._finished[key] = self.metrics.executions_finished.labels(
-                task=task, status=status, reason=reason
-            )
-        return found
+    def finished(self, task: str, status: str, reason: str) -> None:
+        self.metrics.executions_finished.inc(task, status, reason)

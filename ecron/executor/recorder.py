@@ -152,7 +152,7 @@ class Recorder:
         if before.triggered_at is None and stored.triggered_at is not None:
             lag = self.trigger_lag(stored)
             if lag is not None:
-                self._series.trigger_lag(stored.task).observe(lag)
+                self._series.trigger_lag(stored.task, lag)
         if transition.finished:
             await self.ended(stored)
 
@@ -179,9 +179,9 @@ class Recorder:
                 scheduled_at=execution.scheduled_at.isoformat(),
                 node=self.node_id,
             )
-        self._series.finished(execution.task, execution.status.value, reason).inc()
+        self._series.finished(execution.task, execution.status.value, reason)
         if execution.triggered_at is not None:
-            self._series.duration(execution.task).observe(duration)
+            self._series.duration(execution.task, duration)
         if self.on_finished is not None:
             try:
                 await self.on_finished(execution)
