@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any, Literal
 
+import orjson
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -253,8 +254,8 @@ class TaskSpec(_Strict):
                 raise ValueError("steps: a multi-step task needs at least one step")
             for number, _ in enumerate(self.steps, start=1):
                 self.call(number)  # every step must resolve to a complete call
-        else:
-            self.call(None)
+        # A one-call task's settings are its own fields, validated already: they are put
+        # together when first asked for.
         return self
 
     @cached_property
@@ -266,8 +267,11 @@ class TaskSpec(_Strict):
     def digest(self) -> str:
         """A digest of the whole spec (secrets included), to notice any change: the task
         row keeps the digest of the config it was synced from."""
-        text = json.dumps(self.dumped, sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()
+        try:
+            text = orjson.dumps(self.dumped, option=orjson.OPT_SORT_KEYS)
+        except TypeError:  # a body orjson cannot write (an integer beyond 64 bits)
+            text = json.dumps(self.dumped, sort_keys=True).encode()
+        return hashlib.sha256(text).hexdigest()
 
     @cached_property
     def fire_schedule(self) -> Schedule:

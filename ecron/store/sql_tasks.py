@@ -64,12 +64,10 @@ class TaskOperations:
                 result.added.extend(spec.name for spec in new)
             if changed:
                 query = sa.select(task_table).where(task_table.c.name.in_(changed))
-                for row in (await conn.execute(query)).mappings().all():
-                    await conn.execute(
-                        sa.update(task_table)
-                        .where(task_table.c.name == row["name"])
-                        .values(_changed_task(row, specs[row["name"]], now))
-                    )
+                found = (await conn.execute(query)).mappings().all()
+                firsts = _FirstFireTimes(now)
+                updates = [_changed_task(row, specs[row["name"]], now, firsts) for row in found]
+                await conn.execute(_UPDATE_TASK, updates)  # one executemany for them all
                 result.updated.extend(changed)
             if gone:
                 await conn.execute(
@@ -199,19 +197,41 @@ def _new_task(
     }
 
 
-def _changed_task(row: RowMapping, spec: TaskSpec, now: datetime) -> dict[str, Any]:
-    old = TaskSpec.model_validate(row["spec"])
-    values = _new_task(spec, now)
-    del values["created_at"]
-    same_schedule = (old.schedule, old.timezone, old.enabled) == (
-        spec.schedule,
-        spec.timezone,
-        spec.enabled,
+#: One changed task row, as an executemany of this statement (``b_name`` finds the row).
+_UPDATE_TASK = (
+    sa.update(task_table)
+    .where(task_table.c.name == sa.bindparam("b_name"))
+    .values(
+        {
+            column: sa.bindparam(column)
+            for column in (
+                "spec",
+                "spec_hash",
+                "schedule_text",
+                "next_fire_at",
+                "enabled",
+                "updated_at",
+                "retired",
+                "version",
+            )
+        }
     )
+)
+_SCHEDULING = ("schedule", "timezone", "enabled")
+
+
+def _changed_task(
+    row: RowMapping, spec: TaskSpec, now: datetime, firsts: _FirstFireTimes
+) -> dict[str, Any]:
+    """The new values of a task whose spec changed; its schedule goes on where it was
+    unless the schedule itself changed (the stored spec is compared as stored: JSON)."""
+    values = _new_task(spec, now, firsts)
+    del values["created_at"], values["name"]
+    stored = row["spec"] or {}
+    same_schedule = all(stored.get(key) == spec.dumped.get(key) for key in _SCHEDULING)
     if same_schedule and not row["retired"]:
-        values["next_fire_at"] = row["next_fire_at"]  # the schedule goes on where it was
-    values["retired"] = False
-    values["version"] = row["version"] + 1
+        values["next_fire_at"] = row["next_fire_at"]
+    values.update(b_name=row["name"], retired=False, version=row["version"] + 1)
     return values
 
 
