@@ -25,7 +25,6 @@ from ecron.clock import Clock
 from ecron.config.model import CallSettings
 from ecron.core import (
     Execution,
-    ProbeFailed,
     Report,
     Reported,
     Status,
@@ -38,7 +37,7 @@ from ecron.errors import Conflict, NotFound
 from ecron.executor.calls import Calls, UnknownTask
 from ecron.executor.held import Held
 from ecron.executor.http import HttpCaller
-from ecron.executor.outcomes import poll_event
+from ecron.executor.polls import Polls
 from ecron.executor.recorder import Recorder
 from ecron.executor.stopping import Stopper
 from ecron.executor.trigger import Triggers
@@ -98,7 +97,21 @@ class Executor:
         self.workers = workers
         self.starter = starter
         self.stopper = Stopper(recorder=recorder, calls=self.calls, caller=caller)
+        #: Executions taken over and not polled since: their first poll is the residue check.
+        self._adopted: set[str] = set()
         self.stopping = self.stopper.stopping
+        self.polls = Polls(
+            recorder=recorder,
+            calls=self.calls,
+            caller=caller,
+            clock=clock,
+            stopper=self.stopper,
+            adopted=self._adopted,
+            then=self.plan_next,
+            look=self.schedule,
+            next_due=self._next_due,
+            forget=self.forget,
+        )
         self.triggers = Triggers(
             recorder=recorder,
             calls=self.calls,
@@ -117,8 +130,6 @@ class Executor:
         self._due_starts: asyncio.Queue[list[str]] = asyncio.Queue()
         self._wake = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()
-        #: Executions taken over and not polled since: their first poll is the residue check.
-        self._adopted: set[str] = set()
         self._lateness = self.metrics.poll_lateness
         #: Workers in the middle of a job, and whether a start decision is under way.
         self._busy = 0
@@ -343,7 +354,7 @@ class Executor:
             self._busy += 1
             try:
                 if job is _Job.LOOK:
-                    await self._look_at(eid)
+                    await self.polls.look_at(eid)
                 else:
                     execution = self.held.get(eid)
                     if execution is not None and eid not in self.stopping:
@@ -368,86 +379,6 @@ class Executor:
             await self.store.release_leases(execution.owner, [eid])
         except Exception:
             log.exception("hand_back_failed", execution_id=eid)
-
-    # -- looking at one execution ---------------------------------------------------------
-
-    async def _look_at(self, eid: str) -> None:
-        """A due call: time out, poll, or check the heartbeat of ``eid``."""
-        execution = self.held.get(eid)
-        if execution is None or execution.is_final or eid in self.stopping:
-            self._adopted.discard(eid)
-            return
-        if execution.status is Status.SCHEDULED:
-            return  # not started: its start is planned apart
-        now = self.clock.now()
-        if execution.cancel_sent_at is not None:
-            await self._finish_abandoned_cancel(execution, now)
-            return
-        if deadline_passed(execution, now):
-            await self.stopper.stop(execution, Status.TIMED_OUT, "the task timeout passed")
-            return
-        call, ctx = self.calls.call_of(execution)
-        if call.mode == "callback":
-            await self._check_heartbeat(execution, call, now)
-            return
-        outcome = await self.caller.poll(call, ctx)
-        if eid in self.stopping:
-            return  # a cancel started while this poll was out: its answer no longer counts
-        current = self.held.get(eid)
-        if current is None:
-            return  # let go meanwhile
-        if outcome.report is not None and outcome.report.warnings:
-            self.recorder.warn_ignored(current, outcome.report)
-        adopted = eid in self._adopted
-        if adopted:
-            self._adopted.discard(eid)
-        event = poll_event(outcome, call, ctx.step_number, after_takeover=adopted)
-        answered = self.clock.now()
-        transition, stored = await self.recorder.record(current, event, now=answered)
-        if isinstance(event, ProbeFailed) and stored is not None:
-            with about(stored, self.node_id):
-                log.warning(
-                    "poll_failed",
-                    attempt=stored.probe_failures,
-                    attempts_left=max(0, call.max_probe_failures - stored.probe_failures),
-                    outcome=str(outcome.kind),
-                    detail=outcome.detail,
-                )
-        self.plan_next(transition, stored, call, answered)
-
-    async def _finish_abandoned_cancel(self, execution: Execution, now: datetime) -> None:
-        """A cancel was recorded (by a node that died, or elsewhere) but never finished:
-        after a grace period, end the execution without sending a second cancel."""
-        assert execution.cancel_sent_at is not None
-        call, _ = self.calls.call_of(execution)
-        grace = call.request_timeout * 3
-        if now < execution.cancel_sent_at + grace:
-            self.schedule(execution.eid, execution.cancel_sent_at + grace)
-            return
-        timed_out = deadline_passed(execution, now)
-        status = Status.TIMED_OUT if timed_out else Status.CANCELLED
-        await self.stopper.stop(execution, status, "the cancel was sent; it never finished")
-
-    async def _check_heartbeat(
-        self, execution: Execution, call: CallSettings, now: datetime
-    ) -> None:
-        """Callback mode: silence past ``heartbeat_timeout`` ends it FAILED unreachable."""
-        fresh = await self.store.get_execution(execution.eid)  # callbacks may land on any node
-        if fresh is None or fresh.is_final or fresh.fence != execution.fence:
-            self.forget(execution.eid)
-            return
-        self.held.remember(fresh)
-        since = fresh.last_report_at or fresh.triggered_at or now
-        if now < since + call.heartbeat_timeout and not deadline_passed(fresh, now):
-            self.schedule(fresh.eid, self._next_due(fresh))
-            return
-        if deadline_passed(fresh, now):
-            await self.stopper.stop(fresh, Status.TIMED_OUT, "the task timeout passed")
-            return
-        silence = call.heartbeat_timeout.total_seconds()
-        event = ProbeFailed("unreachable", 1, f"no report for {silence:g}s (heartbeat_timeout)")
-        transition, stored = await self.recorder.record(fresh, event)
-        self.plan_next(transition, stored)
 
     def plan_next(
         self,
