@@ -99,7 +99,9 @@ class Leases:
 
     async def claim_fires(self, now: datetime, plan: Planner) -> tuple[Claimed, bool]:
         """Claim this node's share of the fire times due before ``now + prefetch``; the
-        claim, and whether the share was full (more may be due)."""
+        claim, and whether to come back at once: the share was full (more may be due) and
+        no other node is alive to take them. With other nodes, the next share waits for
+        the next tick, so that one node awake first does not take every fire time."""
         horizon = now + self.settings.prefetch
         # A read first: most rounds find nothing due, and then take no write lock.
         due = await self.store.count_due(horizon, None if self.live_nodes > 1 else 1)
@@ -111,7 +113,8 @@ class Leases:
             share = min(CLAIM_BATCH, split)
         claimed = await self.store.claim_due_fires(horizon, share, plan)
         self.metrics.claims.labels(kind="fire").inc(len(claimed.executions))
-        return claimed, claimed.read == share and claimed.advanced > 0
+        full = claimed.read == share and claimed.advanced > 0
+        return claimed, full and self.live_nodes == 1
 
     def takeover_due(self, now: datetime) -> bool:
         """True when it is time to look for expired leases again."""
@@ -197,6 +200,6 @@ class Leases:
 
     async def register(self) -> None:
         """Say this node is alive (at start)."""
-        await self.store.heartbeat(
-            self.node_id, self.clock.now(), host=socket.gethostname(), pid=os.getpid()
-        )
+        now = self.clock.now()
+        await self.store.heartbeat(self.node_id, now, host=socket.gethostname(), pid=os.getpid())
+        self.live_nodes = await self.store.live_nodes(now - self.settings.lease_ttl)

@@ -232,11 +232,11 @@ class Scheduler:
             local = [self.executor.held[eid] for eid in self.executor.held.active_of(name)]
             if local:
                 return min(local, key=lambda e: (e.scheduled_at, e.eid)), False
+        eid = new_eid()
         if spec.concurrency == "replace":
             active = await self.store.active_executions(name)
             holders = [Holder(e.eid, e.status, e.scheduled_at, e.trigger_kind) for e in active]
-            await self._replace(holders, "a manual run")
-        eid = new_eid()
+            await self._replace(holders, eid)
         execution = Execution(
             eid=eid,
             task=name,

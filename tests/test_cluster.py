@@ -374,6 +374,12 @@ def after_the_kill(
     return gaps, late, lost
 
 
+async def a_started(database_url: str, count: int) -> bool:
+    """True once node a has triggered at least ``count`` executions that it still owns."""
+    rows = await execution_rows(database_url)
+    return sum(r.owner == "a" and r.status != "SCHEDULED" for r in rows) >= count
+
+
 @pytest.mark.postgres
 async def test_a_killed_node_costs_its_own_claims_about_a_second_not_the_lease(
     postgres_url: str, user_service: UserService, tmp_path: Path
@@ -397,7 +403,8 @@ async def test_a_killed_node_costs_its_own_claims_about_a_second_not_the_lease(
             for name in ("a", "b")
         ]
         await asyncio.gather(*(wait_ready(node) for node in running))
-        await asyncio.sleep(4)  # both nodes claim their share
+        # Both nodes trigger their share: node a has started fire times, and holds more ahead.
+        await wait_for(lambda: a_started(postgres_url, 20), timeout=30, interval=0.2)
         killed = time.time()
         await kill_node(running[0])
         await asyncio.sleep(AFTER_KILL)

@@ -31,7 +31,7 @@ from ecron.signing import callback_token, signature
 #: The most of a response body ecron reads; a larger one is a protocol error.
 BODY_LIMIT = 1024 * 1024
 #: Prepared polls kept at most (URL and headers per execution and deadline).
-POLL_CACHE = 20_000
+POLL_CACHE = 50_000
 #: The protocol's name of each call, by its HTTP method.
 _CALL_NAMES = {"POST": "trigger", "GET": "poll", "DELETE": "cancel"}
 
