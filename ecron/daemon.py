@@ -17,7 +17,8 @@ import aiohttp
 import structlog
 from aiohttp import web
 
-from ecron.api.app import ApiContext, make_app
+from ecron.api.app import make_app
+from ecron.api.context import ApiContext
 from ecron.clock import Clock
 from ecron.config.model import Config, TaskSpec, config_secrets
 from ecron.executor.http import HttpCaller
@@ -90,14 +91,7 @@ class Daemon:
         secret = settings.secret or await self.store.shared_secret(secrets.token_hex(32))
         self.callback_secret = secret
         hide([secret])
-        connector = aiohttp.TCPConnector(limit=max(100, settings.poll_workers * 2))
-        # No cookies: calls to user services are independent of each other.
-        session = aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
-        # aiohttp silently sends a GET or DELETE again when the connection drops; ecron counts
-        # every call itself (one cancel retry, probe failures), so it must see each failure.
-        # There is no public switch: aiohttp's own test client sets the same attribute.
-        session._retry_connection = False
-        self._stack.push_async_callback(session.close)
+        session = self._session()
         self.writer = StateWriter(self.store)
         caller = HttpCaller(
             session, public_url=settings.public_url, callback_secret=secret, metrics=metrics
@@ -134,17 +128,29 @@ class Daemon:
             loop=loop_name(),
         )
 
+    def _session(self) -> aiohttp.ClientSession:
+        """The one HTTP session for calls to user services and alert webhooks."""
+        connector = aiohttp.TCPConnector(limit=max(100, self.settings.poll_workers * 2))
+        # No cookies: calls to user services are independent of each other.
+        session = aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
+        # aiohttp silently sends a GET or DELETE again when the connection drops; ecron counts
+        # every call itself (one cancel retry, probe failures), so it must see each failure.
+        # There is no public switch: aiohttp's own test client sets the same attribute.
+        session._retry_connection = False
+        self._stack.push_async_callback(session.close)
+        return session
+
     async def _serve_api(self) -> None:
+        scheduler = self.scheduler
         ctx = ApiContext(
             store=self.store,
-            scheduler=self.scheduler,
-            executor=self.executor,
+            commands=self.parts.commands,
             settings=self.settings,
             clock=self.clock,
             node_id=self.node_id,
             callback_secret=self.callback_secret,
             metrics=self.metrics,
-            patrol=self.patrol,
+            last_tick=lambda: scheduler.last_tick,
         )
         runner = web.AppRunner(make_app(ctx), access_log=None)
         await runner.setup()

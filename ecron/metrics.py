@@ -48,6 +48,11 @@ class Metrics:
         )
         for series in (self.executions_finished, self.execution_duration, self.trigger_lag):
             registry.register(series)
+        self._add_call_series(registry)
+        self._add_node_series(registry)
+
+    def _add_call_series(self, registry: CollectorRegistry) -> None:
+        """The series of the calls to user services, and of the callbacks they send."""
         self.poll_lateness = Histogram(
             "ecron_poll_lateness_seconds",
             "How much later than planned a poll (or deadline check) was started.",
@@ -78,6 +83,9 @@ class Metrics:
             ["answer"],
             registry=registry,
         )
+
+    def _add_node_series(self, registry: CollectorRegistry) -> None:
+        """The series of this node's own work: claims, leases, patrol, database, alerts."""
         self.claims = Counter(
             "ecron_claims",
             "Work this node claimed: fire times, abandoned executions taken over, stale ones.",

@@ -23,6 +23,7 @@ from yarl import URL
 
 from ecron.clock import iso
 from ecron.config.model import NotifySettings, TaskSpec, Webhook
+from ecron.errors import EcronError
 from ecron.metrics import Metrics
 from ecron.signing import signature
 
@@ -34,7 +35,7 @@ QUEUE_SIZE = 1000
 CONCURRENT_DELIVERIES = 16
 
 
-class DeliveryFailed(Exception):
+class DeliveryFailed(EcronError):
     """A webhook did not answer 2xx."""
 
 

@@ -3,8 +3,9 @@
 held ──────────────┐
 Recorder (writes) ─┼── Executor (timing, workers: trigger, poll, cancel)
 Calls (specs) ─────┘        ▲ start decisions
-Leases (claims, renewals, takeover) ── Scheduler (claims, starts, runs asked for)
-Bookkeeping (ends: retries, failures in a row, alerts) ── Patrol (housekeeping)
+Leases (claims, renewals, takeover) ── Scheduler (claims, starts, takeovers)
+Bookkeeping (ends: retries, failures in a row, alerts)
+Commands (run now, cancel, report, resume, pause: what the API asks) ── Patrol (housekeeping)
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 from ecron.bookkeeping import Bookkeeping
 from ecron.clock import Clock
+from ecron.commands import Commands
 from ecron.config.model import DaemonSettings, TaskSpec
 from ecron.executor.calls import Calls
 from ecron.executor.held import Held
@@ -38,6 +40,7 @@ class Parts:
     leases: Leases
     bookkeeping: Bookkeeping
     scheduler: Scheduler
+    commands: Commands
     patrol: Patrol
 
     @classmethod
@@ -84,6 +87,33 @@ class Parts:
                 executor.forget(eid)
 
         leases.on_lost = forget
+        return cls._around(
+            recorder,
+            executor,
+            leases,
+            store=store,
+            clock=clock,
+            settings=settings,
+            node_id=node_id,
+            specs=specs,
+            notifier=notifier,
+        )
+
+    @classmethod
+    def _around(
+        cls,
+        recorder: Recorder,
+        executor: Executor,
+        leases: Leases,
+        *,
+        store: Store,
+        clock: Clock,
+        settings: DaemonSettings,
+        node_id: str,
+        specs: Mapping[str, TaskSpec],
+        notifier: Notifier | None,
+    ) -> Parts:
+        """The parts around the executor: bookkeeping, scheduler, commands, patrol."""
         bookkeeping = Bookkeeping(
             store=store,
             executor=executor,
@@ -104,9 +134,18 @@ class Parts:
             node_id=node_id,
             specs=specs,
         )
+        commands = Commands(
+            store=store,
+            executor=executor,
+            bookkeeping=bookkeeping,
+            clock=clock,
+            node_id=node_id,
+            specs=specs,
+            wake=scheduler.wake,
+        )
         patrol = Patrol(
             store=store,
-            scheduler=scheduler,
+            commands=commands,
             executor=executor,
             leases=leases,
             bookkeeping=bookkeeping,
@@ -115,4 +154,4 @@ class Parts:
             node_id=node_id,
             specs=specs,
         )
-        return cls(recorder, executor, leases, bookkeeping, scheduler, patrol)
+        return cls(recorder, executor, leases, bookkeeping, scheduler, commands, patrol)

@@ -17,12 +17,12 @@ import structlog
 
 from ecron.bookkeeping import Bookkeeping
 from ecron.clock import Clock
+from ecron.commands import Commands
 from ecron.config.model import DaemonSettings, TaskSpec
 from ecron.core import Execution
 from ecron.errors import Conflict, NotFound, NothingToResume
 from ecron.executor.runner import Executor
 from ecron.leases import Leases
-from ecron.scheduler import Scheduler
 from ecron.store.base import Store
 
 log = structlog.get_logger(__name__)
@@ -44,7 +44,7 @@ class Patrol:
         self,
         *,
         store: Store,
-        scheduler: Scheduler,
+        commands: Commands,
         executor: Executor,
         leases: Leases,
         bookkeeping: Bookkeeping,
@@ -54,7 +54,7 @@ class Patrol:
         specs: Mapping[str, TaskSpec],
     ) -> None:
         self.store = store
-        self.scheduler = scheduler
+        self.commands = commands
         self.executor = executor
         self.leases = leases
         self.bookkeeping = bookkeeping
@@ -132,7 +132,7 @@ class Patrol:
 
     async def _resume_one(self, execution: Execution, spec: TaskSpec, now: datetime) -> int:
         try:
-            await self.scheduler.resume(execution.eid, why="patrol")
+            await self.commands.resume(execution.eid, why="patrol")
         except (Conflict, NotFound) as exc:
             assert execution.finished_at is not None
             last_chance = execution.finished_at + spec.resume.within - now

@@ -1,5 +1,5 @@
-"""The scheduler: claims due fire times, decides at each start whether it runs, takes over
-abandoned work, and starts runs that people ask for.
+"""The scheduler: claims due fire times, decides at each start whether it runs, and takes
+over abandoned work. Runs that people ask for are ``ecron.commands``'.
 
 Fire times are claimed a little ahead (``prefetch``), many per transaction, and held
 (SCHEDULED) by the executor, which starts them exactly on time: ``tick`` only bounds how
@@ -14,43 +14,31 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Mapping
 from contextlib import suppress
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import structlog
 
 from ecron.bookkeeping import Bookkeeping
 from ecron.clock import Clock
 from ecron.config.model import DaemonSettings, TaskSpec
-from ecron.core import Execution, Status, Transition, TriggerKind, apply
-from ecron.errors import Conflict, NotFound, NothingToResume
+from ecron.core import Execution, Status, apply
 from ecron.executor.runner import Executor
-from ecron.ids import new_eid
 from ecron.leases import TAKEOVER_EVERY, Leases
 from ecron.planning import (
     Claim,
     is_late,
-    new_steps,
     plan_fires,
-    plan_resume,
-    resumable,
     start_event,
     start_time,
-    started,
     to_replace,
 )
-from ecron.schedules import next_fire_time
-from ecron.store.base import DueTask, FirePlan, Gate, Holder, Store, TaskState
+from ecron.store.base import DueTask, FirePlan, Gate, Holder, Store
 
 log = structlog.get_logger(__name__)
 
-#: How many times a new run looks for a free millisecond for its ``scheduled_at`` (two runs
-#: asked for in the same millisecond on two nodes) before giving up.
-MANUAL_KEY_TRIES = 100
-_MILLISECOND = timedelta(milliseconds=1)
-
 
 class Scheduler:
-    """Claims fire times, decides their starts, and starts runs asked for."""
+    """Claims fire times, decides their starts, and takes over abandoned work."""
 
     def __init__(
         self,
@@ -74,7 +62,6 @@ class Scheduler:
         self.node_id = node_id
         self.specs = specs
         self._wake = asyncio.Event()
-        self._manual: dict[str, datetime] = {}
         self.claiming = True
         self._stopping = False
         #: When the loop last went round, for readiness checks.
@@ -188,21 +175,12 @@ class Scheduler:
     async def _replace_then_start(self, execution: Execution, older: list[Holder]) -> None:
         """``concurrency: replace``: cancel the older executions through the protocol, then
         start this one (if it is still held: it may have been cancelled meanwhile)."""
-        await self._replace(older, execution.eid)
+        await self.executor.replace(older, execution.eid)
         current = self.executor.held.get(execution.eid)
         if current is None or current.status is not Status.SCHEDULED:
             return
         for execution_started in await self.start([current]):
             self.executor.trigger(execution_started)
-
-    async def _replace(self, active: list[Holder], by: str) -> None:
-        """Cancel ``active`` executions, replaced by execution ``by``."""
-        for other in active:
-            try:
-                await self.executor.cancel(other.eid, f"replaced by execution {by}")
-            except (Conflict, NotFound):
-                continue  # it ended meanwhile
-            log.info("execution_replaced", execution_id=other.eid, replaced_by=by)
 
     async def take_over(self, now: datetime) -> None:
         """Adopt executions nobody holds: a dead node's claims (at once) and active
@@ -215,139 +193,3 @@ class Scheduler:
                 status=execution.status.value,
             )
             self.executor.adopt(execution)
-
-    # -- runs people ask for --------------------------------------------------------------
-
-    async def run_now(self, name: str) -> tuple[Execution, bool]:
-        """Start ``name`` now (a manual run). Returns the execution and whether it is new.
-
-        Manual runs obey ``concurrency``: under ``forbid`` an active execution is
-        returned and nothing starts; under ``replace`` the active ones are cancelled first.
-        Any number of runs may be asked for in one millisecond: each gets its own
-        ``scheduled_at`` (the moment asked for, moved on by a millisecond where taken).
-        """
-        spec = self.specs[name]
-        now = self.clock.now()
-        if spec.concurrency == "forbid":
-            local = [self.executor.held[eid] for eid in self.executor.held.active_of(name)]
-            if local:
-                return min(local, key=lambda e: (e.scheduled_at, e.eid)), False
-        eid = new_eid()
-        if spec.concurrency == "replace":
-            active = await self.store.active_executions(name)
-            holders = [Holder(e.eid, e.status, e.scheduled_at, e.trigger_kind) for e in active]
-            await self._replace(holders, eid)
-        execution = Execution(
-            eid=eid,
-            task=name,
-            scheduled_at=self._manual_time(name, now),
-            created_at=now,
-            trigger_kind=TriggerKind.MANUAL,
-            owner=self.node_id,
-            fence=1,
-            steps=new_steps(spec, eid),
-        )
-        return await self._create_started(execution, spec, exclusive=spec.concurrency == "forbid")
-
-    def _manual_time(self, name: str, now: datetime) -> datetime:
-        """The moment asked for, to the millisecond, and never one this node gave already."""
-        when = now.replace(microsecond=now.microsecond // 1000 * 1000)
-        last = self._manual.get(name)
-        if last is not None and when <= last:
-            when = last + _MILLISECOND
-        self._manual[name] = when
-        return when
-
-    async def _create_started(
-        self, execution: Execution, spec: TaskSpec, *, exclusive: bool
-    ) -> tuple[Execution, bool]:
-        """Insert ``execution`` started (PENDING) and send its trigger; under ``exclusive``
-        (forbid) an active execution is answered instead."""
-        scheduled = execution
-        for _ in range(MANUAL_KEY_TRIES):
-            begun = started(scheduled, spec, self.claim(self.clock.now()))
-            created = await (
-                self.store.create_unless_active(begun)
-                if exclusive
-                else self.store.create_execution(begun)
-            )
-            if isinstance(created, Holder):
-                active = await self.store.get_execution(created.eid)
-                if active is not None:
-                    return active, False
-                continue  # it ended meanwhile: try again
-            if created is not None:
-                await self.recorder.written(Transition(scheduled, created), created)
-                self.executor.trigger(created)
-                return created, True
-            scheduled = scheduled.evolve(  # another node's run took this millisecond
-                scheduled_at=self._manual_time(execution.task, scheduled.scheduled_at)
-            )
-        raise Conflict(f"task {execution.task!r}: no free moment for a new run")
-
-    async def resume(self, eid: str, *, why: str) -> Execution:
-        """Resume execution ``eid`` from its first step that did not succeed (``why``: who
-        asked). Raises ``NotFound``, or ``Conflict`` when it cannot be resumed, was already
-        resumed (naming that resume), or the task is running under ``concurrency: forbid``
-        (under ``replace`` the running one is cancelled first)."""
-        old = await self.store.get_execution(eid)
-        if old is None:
-            raise NotFound(f"no execution {eid!r}")
-        if (refusal := resumable(old)) is not None:
-            raise Conflict(refusal)
-        if existing := (await self.store.resumes_of([eid])).get(eid):
-            raise Conflict(f"execution {eid} was already resumed by {existing}")
-        spec = self.specs.get(old.task)
-        if spec is None:
-            raise NotFound(f"task {old.task!r} is not in this node's config")
-        claim = self.claim(self.clock.now())
-        planned = plan_resume(old, spec, claim)
-        if planned.steps and all(step.status is Status.SUCCESS for step in planned.steps):
-            raise NothingToResume(
-                f"execution {eid}: every step of task {old.task!r} as configured now succeeded"
-            )
-        if spec.concurrency == "replace":
-            active = await self.store.active_executions(old.task)
-            holders = [Holder(e.eid, e.status, e.scheduled_at, e.trigger_kind) for e in active]
-            await self._replace(holders, planned.eid)
-        begun = started(planned, spec, claim)
-        created = await (
-            self.store.create_unless_active(begun)
-            if spec.concurrency == "forbid"
-            else self.store.create_execution(begun)
-        )
-        if isinstance(created, Holder):
-            raise Conflict(f"task {old.task!r} is running (execution {created.eid})")
-        if created is None:
-            existing = (await self.store.resumes_of([eid])).get(eid)
-            raise Conflict(f"execution {eid} was already resumed by {existing}")
-        await self.recorder.written(Transition(planned, created), created)
-        log.info(
-            "execution_resumed",
-            task=old.task,
-            execution_id=created.eid,
-            resume_of=eid,
-            resume_attempt=created.resume_attempt,
-            by=why,
-        )
-        self.executor.trigger(created)
-        return created
-
-    async def set_paused(self, name: str, paused: bool, reason: str | None) -> TaskState:
-        """Pause or unpause ``name`` (API); unpausing restarts its schedule from now."""
-        spec = self.specs.get(name)
-        if spec is None:
-            raise NotFound(f"no task {name!r} in this node's config")
-        now = self.clock.now()
-        current = await self.store.get_task(name)
-        if current is not None and not paused and not current.paused:
-            return current  # not paused: unpausing changes nothing (no restart of the schedule)
-        following = None
-        if not paused and spec.enabled:
-            following = next_fire_time(spec.fire_schedule, None, now)
-        state = await self.store.set_paused(name, paused, reason, following)
-        if state is None:
-            raise NotFound(f"no task {name!r}")
-        log.info("task_paused" if paused else "task_unpaused", task=name, reason=reason)
-        self.wake()
-        return state

@@ -255,7 +255,7 @@ async def test_thousands_of_waiting_polls_share_one_heap_and_a_bounded_worker_po
     spec = task("many", f"{user_service.url}/jobs/x", concurrency="allow", poll_interval="300ms")
     async with make_daemon([spec], poll_workers=8) as daemon:
         for _ in range(300):
-            await daemon.scheduler.run_now("many")
+            await daemon.parts.commands.run_now("many")
         await wait_for(lambda: len(user_service.jobs) == 300, timeout=20)
         await wait_for(
             lambda: all(e.status is Status.RUNNING for e in daemon.executor.inflight.values()),

@@ -130,7 +130,7 @@ async def test_a_paused_task_is_not_resumed_automatically(
         await r.store.create_execution(
             failed_at_step(0, ["a"], finished_at=T0 - timedelta(minutes=1))
         )
-        await r.scheduler.set_paused("t", True, "maintenance")
+        await r.commands.pause("t", "maintenance")
         counts = await r.patrol.run_once()
     assert counts is not None and counts["resume"] == 0
 
@@ -177,9 +177,9 @@ async def test_a_resume_under_replace_cancels_the_running_execution_first(
         await r.store.create_execution(
             failed_at_step(0, ["a"], scheduled_at=T0 - timedelta(hours=1))
         )
-        running, _ = await r.scheduler.run_now("t")
+        running, _ = await r.commands.run_now("t")
         await wait_for(lambda: r.status_is(running.eid, Status.RUNNING))
-        resumed = await r.scheduler.resume("old", why="test")
+        resumed = await r.commands.resume("old", why="test")
         await wait_for(lambda: user_service.calls_for(f"{resumed.eid}.1", "POST"))
         replaced = await r.store.get_execution(running.eid)
     assert replaced is not None and replaced.status is Status.CANCELLED
@@ -229,7 +229,7 @@ async def test_a_resume_with_no_step_left_to_run_is_refused_and_given_up(
     async with rig(database_url, [task], T0) as r:
         await r.store.create_execution(old)
         with pytest.raises(Conflict, match="as configured now succeeded"):
-            await r.scheduler.resume("old", why="test")
+            await r.commands.resume("old", why="test")
         with capture_logs() as logs:
             counts = await r.patrol.run_once()
         resumes = await r.store.resumes_of(["old"])

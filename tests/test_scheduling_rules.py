@@ -249,7 +249,7 @@ async def test_a_retry_waiting_out_its_backoff_is_claimed_not_active(
         await r.tick(T0)
         await wait_for(lambda: r.count_is("a", 2))
         r.clock.set(T0 + timedelta(minutes=5))
-        manual, created = await r.scheduler.run_now("a")
+        manual, created = await r.commands.run_now("a")
         await wait_for(lambda: r.status_is(manual.eid, Status.RUNNING))
         waiting = [e for e in await r.executions("a") if e.attempt == 2]
         await r.start_due(T0 + timedelta(minutes=10))
@@ -374,7 +374,7 @@ async def test_pause_after_failures_pauses_after_n_final_failures_in_a_row_and_s
         assert len(await r.executions("a")) == 4  # nothing fires while paused
         later = T0 + 6 * HOUR + timedelta(minutes=20)
         r.clock.set(later)
-        unpaused = await r.scheduler.set_paused("a", False, None)
+        unpaused = await r.commands.unpause("a")
         last = (await r.executions("a"))[-1]
     assert paused is not None and paused.consecutive_failures == 2
     assert paused.paused_reason is not None and last.eid in paused.paused_reason
@@ -391,7 +391,7 @@ async def test_a_claimed_fire_time_of_a_task_paused_before_it_starts_is_skipped_
     spec = task("a", f"{user_service.url}/jobs/x", schedule={"every": "1h"})
     async with rig(database_url, [spec], T0) as r:
         await r.scheduler.claim_fires(T0)
-        await r.scheduler.set_paused("a", True, "maintenance window")
+        await r.commands.pause("a", "maintenance window")
         await r.start_due(T0)
         [execution] = await r.executions("a")
     assert (execution.status, execution.reason) == (Status.SKIPPED, Reason.PAUSED)
@@ -450,7 +450,7 @@ async def test_an_execution_of_a_task_this_node_does_not_know_is_handed_back_not
         r.executor.adopt(stranger)
         await wait_for(lambda: "stranger" not in r.executor.inflight)
         released = await r.store.get_execution("stranger")
-        await r.scheduler.run_now("known")
+        await r.commands.run_now("known")
         await wait_for(lambda: r.any_status("known", Status.RUNNING))
         r.clock.advance(timedelta(seconds=1))  # the poll (through the same workers) is due
         r.executor.wake()

@@ -4,20 +4,14 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
 from aiohttp import web
 
-from ecron.clock import Clock
-from ecron.config.model import DaemonSettings
+from ecron.api import dashboard, executions, health, tasks
+from ecron.api.context import CONTEXT, ApiContext, error
 from ecron.errors import Conflict, NotFound
-from ecron.executor.runner import Executor
-from ecron.metrics import Metrics
-from ecron.patrol import Patrol
-from ecron.scheduler import Scheduler
-from ecron.store.base import Store
 
 log = structlog.get_logger(__name__)
 
@@ -25,35 +19,6 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 #: Paths that never ask for the API token.
 OPEN_PATHS = ("/", "/healthz", "/readyz", "/metrics")
-
-
-@dataclass(slots=True)
-class ApiContext:
-    """What the handlers work with."""
-
-    store: Store
-    scheduler: Scheduler
-    executor: Executor
-    settings: DaemonSettings
-    clock: Clock
-    node_id: str
-    #: Signs callback tokens (the configured ``secret`` or the one stored in the database).
-    callback_secret: str
-    metrics: Metrics
-    patrol: Patrol | None = None
-
-
-CONTEXT = web.AppKey("ecron_context", ApiContext)
-
-
-def error(status: int, message: str, detail: Any = None) -> web.Response:
-    """A JSON error answer: ``{"error": ..., "detail": ...}``."""
-    return web.json_response({"error": message, "detail": detail}, status=status)
-
-
-def context(request: web.Request) -> ApiContext:
-    """The daemon parts behind this request."""
-    return request.app[CONTEXT]
 
 
 @web.middleware
@@ -108,8 +73,6 @@ def _is_open(request: web.Request) -> bool:
 
 def make_app(ctx: ApiContext) -> web.Application:
     """The whole web application, wired to the daemon's parts."""
-    from ecron.api import dashboard, executions, health, tasks
-
     app = web.Application(
         middlewares=[errors_middleware, auth_middleware(ctx.settings.api_token)],
         client_max_size=1024 * 1024,

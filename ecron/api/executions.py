@@ -7,7 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ecron.api.app import context, error
+from ecron.api.context import context, error
 from ecron.core import Execution, InvalidReport, RemoteStatus, Status, parse_report
 from ecron.errors import NotFound
 from ecron.ids import split_remote_id
@@ -92,7 +92,7 @@ async def cancel_execution(request: web.Request) -> web.Response:
             f"execution {execution.eid} is already {execution.status}",
             await snapshot(request, execution),
         )
-    stopped = await context(request).executor.cancel(
+    stopped = await context(request).commands.cancel(
         execution.eid, "cancelled by a person through the API"
     )
     return web.json_response(await snapshot(request, stopped))
@@ -144,7 +144,7 @@ async def _report(request: web.Request) -> web.Response:
             f"execution {remote} is already {execution.status}",
             await snapshot(request, execution),
         )
-    transition, current = await ctx.executor.report(execution.eid, parsed, step)
+    transition, current = await ctx.commands.report(execution.eid, parsed, step)
     if transition.cancel_due or not transition.changed:
         return error(
             409,
@@ -160,5 +160,5 @@ async def resume_execution(request: web.Request) -> web.Response:
     it cannot be resumed (not final, succeeded, already resumed, or the task is running);
     404 when unknown."""
     execution = await _execution(request)
-    created = await context(request).scheduler.resume(execution.eid, why="api")
+    created = await context(request).commands.resume(execution.eid, why="api")
     return web.json_response(await snapshot(request, created), status=202)

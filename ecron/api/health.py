@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from ecron.api.app import context
+from ecron.api.context import context
 
 routes = web.RouteTableDef()
 
@@ -25,7 +25,7 @@ async def readyz(request: web.Request) -> web.Response:
         await ctx.store.ping()
     except Exception as exc:
         problems.append(f"database: {type(exc).__name__}: {exc}")
-    last = ctx.scheduler.last_tick
+    last = ctx.last_tick()
     bound = max(ctx.settings.tick * 10, ctx.settings.tick + ctx.settings.lease_ttl)
     if last is None or ctx.clock.now() - last > bound:
         problems.append("scheduler: the loop has not gone round recently")

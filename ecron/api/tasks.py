@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ecron.api.app import context, error
+from ecron.api.context import context, error
 from ecron.errors import NotFound
 from ecron.snapshots import execution_snapshot, task_snapshot
 from ecron.store.base import TaskState
@@ -56,9 +56,9 @@ async def run_task(request: web.Request) -> web.Response:
     """Start the task now: 202 and the new execution; under ``concurrency: forbid`` with one
     active, 200 and that one (nothing new starts). The trigger leaves in the background."""
     task = await _task(request)
-    if task.name not in context(request).scheduler.specs:
+    if not context(request).commands.knows(task.name):
         raise NotFound(f"task {task.name!r} is not in this node's config")
-    execution, created = await context(request).scheduler.run_now(task.name)
+    execution, created = await context(request).commands.run_now(task.name)
     return web.json_response(execution_snapshot(execution), status=202 if created else 200)
 
 
@@ -78,7 +78,7 @@ async def pause_task(request: web.Request) -> web.Response:
             return error(400, "reason must be text", given)
         if given:
             reason = given[:1000]
-    state = await context(request).scheduler.set_paused(task.name, True, reason)
+    state = await context(request).commands.pause(task.name, reason)
     return web.json_response(await _snapshot(request, state))
 
 
@@ -87,5 +87,5 @@ async def unpause_task(request: web.Request) -> web.Response:
     """Unpause the task: its schedule restarts from now (missed fire times are not replayed)
     and its count of failures in a row starts again from zero."""
     task = await _task(request)
-    state = await context(request).scheduler.set_paused(task.name, False, None)
+    state = await context(request).commands.unpause(task.name)
     return web.json_response(await _snapshot(request, state))

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import click
+from ecron.cli.group import cli
 
-from ecron import __version__
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="ecron")
-def cli() -> None:
-    """ecron: a cron-style scheduler for long-running remote jobs."""
+__all__ = ["cli", "main"]
 
 
 def main() -> None:

@@ -10,8 +10,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ecron.cli import cli
 from ecron.cli.client import ApiClient, ApiError
+from ecron.cli.group import cli
 from ecron.cli.watch import follow, status_text
 
 F = TypeVar("F", bound=Callable[..., Any])

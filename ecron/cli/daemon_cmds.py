@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ecron import loop
-from ecron.cli import cli
+from ecron.cli.group import cli
 from ecron.config import Config, load_config
 from ecron.errors import ConfigError, EcronError
 from ecron.logs import configure

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import click
 
-from ecron.cli import cli
+from ecron.cli.group import cli
 from ecron.config.summary import validation_report
 
 

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from ecron.core.status import ACTIVE, FINAL, Reason, RemoteStatus, Status, TriggerKind
+from ecron.errors import EcronError
 
 #: A report's ``message`` is stored cut to this many characters.
 MESSAGE_LIMIT = 1000
@@ -17,8 +18,8 @@ MESSAGE_LIMIT = 1000
 RESULT_LIMIT = 64 * 1024
 
 
-class InvalidReport(ValueError):
-    """A body that is not a report (PROTOCOL.md, "Reports")."""
+class InvalidReport(EcronError, ValueError):
+    """A body that is not a report (PROTOCOL.md, "Reports"); a ``ValueError`` too."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from contextlib import suppress
 from datetime import datetime, timedelta
 from enum import IntEnum
@@ -42,6 +42,7 @@ from ecron.executor.recorder import Recorder
 from ecron.executor.stopping import Stopper
 from ecron.executor.trigger import Triggers
 from ecron.logs import about
+from ecron.store.base import Holder
 
 log = structlog.get_logger(__name__)
 
@@ -211,6 +212,16 @@ class Executor:
             status = "gone" if current is None else str(current.status)
             raise Conflict(f"execution {eid} ended as {status} before the cancel")
         return stopped
+
+    async def replace(self, active: Iterable[Holder], by: str) -> None:
+        """``concurrency: replace``: cancel the ``active`` executions, replaced by execution
+        ``by`` (those that ended meanwhile are left alone)."""
+        for other in active:
+            try:
+                await self.cancel(other.eid, f"replaced by execution {by}")
+            except (Conflict, NotFound):
+                continue
+            log.info("execution_replaced", execution_id=other.eid, replaced_by=by)
 
     async def report(
         self, eid: str, report: Report, step: int | None = None

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 import aiohttp
 
 from ecron.clock import Clock
+from ecron.commands import Commands
 from ecron.config.model import DaemonSettings, TaskSpec
 from ecron.core import Execution, Status
 from ecron.executor.http import HttpCaller
@@ -63,6 +64,10 @@ class Rig:
     @property
     def scheduler(self) -> Scheduler:
         return self.parts.scheduler
+
+    @property
+    def commands(self) -> Commands:
+        return self.parts.commands
 
     @property
     def patrol(self) -> Patrol:

@@ -1,0 +1,46 @@
+"""What every request handler works with: the daemon's parts it may use, and the error
+answer. Handlers import this, and the application (``app.py``) imports the handlers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from aiohttp import web
+
+from ecron.clock import Clock
+from ecron.commands import Commands
+from ecron.config.model import DaemonSettings
+from ecron.metrics import Metrics
+from ecron.store.base import Store
+
+
+@dataclass(slots=True)
+class ApiContext:
+    """What the handlers work with: the store to read, the commands to act, and no loop."""
+
+    store: Store
+    commands: Commands
+    settings: DaemonSettings
+    clock: Clock
+    node_id: str
+    #: Signs callback tokens (the configured ``secret`` or the one stored in the database).
+    callback_secret: str
+    metrics: Metrics
+    #: When the scheduler's loop last went round (readiness), None before its first round.
+    last_tick: Callable[[], datetime | None]
+
+
+CONTEXT = web.AppKey("ecron_context", ApiContext)
+
+
+def error(status: int, message: str, detail: Any = None) -> web.Response:
+    """A JSON error answer: ``{"error": ..., "detail": ...}``."""
+    return web.json_response({"error": message, "detail": detail}, status=status)
+
+
+def context(request: web.Request) -> ApiContext:
+    """The daemon parts behind this request."""
+    return request.app[CONTEXT]
