@@ -182,7 +182,8 @@ class Daemon:
         self.scheduler.wake()
 
     async def stop(self) -> None:
-        """Stop claiming, let calls in progress finish briefly, hand leases back, close.
+        """Stop claiming, let calls in progress and queued alerts finish briefly, hand leases
+        back, close.
 
         Each loop ends between two rounds, never inside a transaction (a transaction cut off
         by cancellation could leave a SQLite connection holding the write lock); only a loop
@@ -195,6 +196,7 @@ class Daemon:
             await self.executor.drain(SHUTDOWN_GRACE)
             await self.parts.bookkeeping.close()
             await self.parts.recorder.close()
+            await self.notifier.drain(SHUTDOWN_GRACE)  # alerts of the last ends, too
             self.leases.stop()
             await self._end({"ecron-keep-alive"}, SHUTDOWN_GRACE)
         await self._end({loop.get_name() for loop in self._loops}, 0)
@@ -238,12 +240,19 @@ async def run_until_signalled(config: Config, reload: Callable[[], Config] | Non
         settle_memory()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        reloads: set[asyncio.Task[None]] = set()  # kept until done, and awaited at stop
         if reload is not None:
-            loop.add_signal_handler(
-                signal.SIGHUP, lambda: asyncio.ensure_future(_reload(daemon, reload))
-            )
+
+            def on_sighup() -> None:
+                task = asyncio.create_task(_reload(daemon, reload), name="ecron-reload")
+                reloads.add(task)
+                task.add_done_callback(reloads.discard)
+
+            loop.add_signal_handler(signal.SIGHUP, on_sighup)
         await stop.wait()
         log.info("daemon_stopping", node=daemon.node_id)
+        if reloads:  # a reload under way finishes before the parts stop
+            await asyncio.gather(*reloads, return_exceptions=True)
 
 
 async def _reload(daemon: Daemon, load: Callable[[], Config]) -> None:

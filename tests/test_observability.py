@@ -287,6 +287,18 @@ async def test_a_webhook_gets_exactly_one_signed_alert_per_failing_execution(
         assert alert["task"] in ("alerting", "slow") and alert["node"] == daemon.node_id
 
 
+async def test_an_alert_queued_as_the_daemon_stops_is_still_delivered(
+    make_daemon: DaemonFactory, user_service: UserService, receiver: Receiver
+) -> None:
+    """The daemon stops right after an alert is queued, and the webhook refuses its first
+    delivery: the stop waits (boundedly) for the retry, and the alert arrives."""
+    hooks = {"webhooks": [{"url": receiver.url}], "retry": {"attempts": 3, "backoff": "200ms"}}
+    async with make_daemon([task("a", f"{user_service.url}/jobs/x")], notify=hooks) as daemon:
+        daemon.notifier.event("execution_failed", "a", daemon.clock.now(), reason="test")
+    assert receiver.fail_first == 0  # the first delivery was refused
+    assert [(a["event"], a["task"]) for a, _, _ in receiver.alerts] == [("execution_failed", "a")]
+
+
 async def test_a_dead_webhook_receiver_does_not_delay_the_next_fire_time(
     make_daemon: DaemonFactory, user_service: UserService
 ) -> None:
