@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from contextlib import suppress
 from datetime import UTC, datetime
 
 
@@ -16,6 +17,15 @@ class Clock:
     async def sleep(self, seconds: float) -> None:
         """Wait ``seconds`` (never negative)."""
         await asyncio.sleep(max(0.0, seconds))
+
+    async def wait(self, event: asyncio.Event, seconds: float) -> bool:
+        """Wait until ``event`` is set or ``seconds`` have passed on this clock, whichever
+        comes first; True when the event is set. Every loop of the engine sleeps between
+        its rounds on this, so that a test's clock can drive them."""
+        if not event.is_set():
+            with suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), timeout=max(0.0, seconds))
+        return event.is_set()
 
 
 def iso(when: datetime | None) -> str | None:

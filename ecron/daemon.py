@@ -94,7 +94,11 @@ class Daemon:
         session = self._session()
         self.writer = StateWriter(self.store)
         caller = HttpCaller(
-            session, public_url=settings.public_url, callback_secret=secret, metrics=metrics
+            session,
+            public_url=settings.public_url,
+            callback_secret=secret,
+            metrics=metrics,
+            clock=self.clock,
         )
         self.notifier = Notifier(settings.notify, self.specs, session, metrics, self.node_id)
         self.parts = parts = Parts.build(

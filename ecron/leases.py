@@ -20,7 +20,6 @@ import asyncio
 import os
 import socket
 from collections.abc import Callable
-from contextlib import suppress
 from datetime import datetime, timedelta
 
 import structlog
@@ -174,11 +173,7 @@ class Leases:
         leases to expire, it lets go of everything: another node may have taken over."""
         interval = self.settings.lease_ttl.total_seconds() / 2
         valid_until = self.full_until(self.clock.now())
-        while not self._stopping.is_set():
-            with suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=interval)
-            if self._stopping.is_set():
-                return
+        while not await self.clock.wait(self._stopping, interval):
             now = self.clock.now()
             try:
                 await self.store.heartbeat(self.node_id, now)

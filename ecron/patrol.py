@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
-from contextlib import suppress
 from datetime import datetime, timedelta
 
 import structlog
@@ -75,11 +74,7 @@ class Patrol:
     async def run(self) -> None:
         """Patrol every ``patrol_interval``, until ``stop`` (between rounds)."""
         interval = self.settings.patrol_interval.total_seconds()
-        while not self._stopping.is_set():
-            with suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=interval)
-            if self._stopping.is_set():
-                return
+        while not await self.clock.wait(self._stopping, interval):
             try:
                 await self.run_once()
             except Exception:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Mapping
-from contextlib import suppress
 from datetime import datetime
 
 import structlog
@@ -106,9 +105,7 @@ class Scheduler:
             log.exception(event)
 
     async def _sleep(self) -> None:
-        timeout = min(self.settings.tick, TAKEOVER_EVERY).total_seconds()
-        with suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+        await self.clock.wait(self._wake, min(self.settings.tick, TAKEOVER_EVERY).total_seconds())
 
     def claim(self, now: datetime) -> Claim:
         """This node's claim at ``now``: its id, the prefetch horizon, the leases."""

@@ -18,6 +18,8 @@ from ecron.executor.http import (
     default_target,
     expand,
 )
+from ecron.signing import verify
+from tests.support.rig import FakeClock
 
 CTX = CallContext(
     remote_id="e1",
@@ -78,3 +80,25 @@ def test_a_body_over_the_cap_is_a_protocol_error_and_retry_after_is_read_in_seco
     assert too_big.kind is OutcomeKind.BAD_REPORT and str(BODY_LIMIT) in too_big.detail
     assert classify(503, b"", False, {"Retry-After": "7"}).retry_after == 7.0
     assert classify(500, b"", False, {"Retry-After": "7"}).retry_after is None
+
+
+def test_a_retry_after_date_is_read_against_the_injected_clock() -> None:
+    """``Retry-After: <HTTP date>`` is the time from the clock's now to that date (never
+    negative), whatever the machine's time."""
+    now = datetime(2027, 12, 1, tzinfo=UTC)
+    later = {"Retry-After": "Wed, 01 Dec 2027 00:00:30 GMT"}
+    assert classify(503, b"", False, later, lambda: now).retry_after == 30.0
+    past = {"Retry-After": "Tue, 30 Nov 2027 23:59:00 GMT"}
+    assert classify(429, b"", False, past, lambda: now).retry_after == 0.0
+
+
+async def test_a_signature_carries_the_time_of_the_injected_clock() -> None:
+    """The ``t=`` of ``X-Ecron-Signature`` is the caller's clock's, and it verifies then."""
+    when = datetime(2027, 3, 4, 5, 6, 7, tzinfo=UTC)
+    call = CallSettings(url="http://h/jobs", secret="k")
+    async with aiohttp.ClientSession() as session:
+        caller = HttpCaller(session, public_url=None, callback_secret="s", clock=FakeClock(when))
+        headers = caller.headers("GET", URL("http://h/jobs/e1"), call, CTX, b"")
+    stamp = int(when.timestamp())
+    assert headers["X-Ecron-Signature"].startswith(f"t={stamp},")
+    assert verify("k", headers["X-Ecron-Signature"], "GET", "/jobs/e1", b"", now=stamp)

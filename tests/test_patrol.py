@@ -229,3 +229,38 @@ async def test_automatic_resume_is_only_within_resume_within_of_the_failure(
         await asyncio.sleep(0)
     assert counts is not None and counts["resume"] == 1
     assert set(resumes) == {"fresh"}
+
+
+async def _let_loops_run(rounds: int = 20) -> None:
+    """Give the event loop's other tasks their turn (no time passes on any clock)."""
+    for _ in range(rounds):
+        await asyncio.sleep(0)
+
+
+async def test_the_patrol_loop_goes_round_when_the_injected_clock_says_not_before(
+    database_url: str, user_service: UserService
+) -> None:
+    """patrol_interval 60 s on a test clock: moved 59 s on, the loop does not go round;
+    moved to 60 s, it does, once, at that time. Real time plays no part."""
+    async with rig(database_url, [task("a", f"{user_service.url}/jobs/x")], T0) as r:
+        rounds: list[datetime] = []
+        went_round = asyncio.Event()
+
+        async def probe(now: datetime) -> int:
+            rounds.append(now)
+            went_round.set()
+            return 0
+
+        r.patrol.jobs = {"probe": probe}
+        loop = asyncio.create_task(r.patrol.run())
+        try:
+            await _let_loops_run()
+            r.clock.advance(timedelta(seconds=59))
+            await _let_loops_run()
+            assert rounds == []
+            r.clock.advance(timedelta(seconds=1))
+            await asyncio.wait_for(went_round.wait(), timeout=10)
+        finally:
+            r.patrol.stop()
+            await asyncio.wait_for(loop, timeout=10)
+        assert rounds == [T0 + timedelta(seconds=60)]

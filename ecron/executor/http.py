@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
 from typing import Any
@@ -22,7 +22,7 @@ from multidict import CIMultiDict
 from prometheus_client import Counter, Histogram
 from yarl import URL
 
-from ecron.clock import iso
+from ecron.clock import Clock, iso
 from ecron.config.model import CallSettings
 from ecron.core import InvalidReport, RemoteStatus, Report, parse_report
 from ecron.metrics import Metrics
@@ -32,6 +32,8 @@ from ecron.signing import callback_token, signature
 BODY_LIMIT = 1024 * 1024
 #: Prepared polls kept at most (URL and headers per execution and deadline).
 POLL_CACHE = 50_000
+#: The clock of ``classify`` when none is given.
+_SYSTEM_CLOCK = Clock()
 #: The protocol's name of each call, by its HTTP method.
 _CALL_NAMES = {"POST": "trigger", "GET": "poll", "DELETE": "cancel"}
 
@@ -110,8 +112,11 @@ class HttpCaller:
         callback_secret: str,
         body_limit: int = BODY_LIMIT,
         metrics: Metrics | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.metrics = metrics
+        #: The time of signatures and of ``Retry-After`` dates.
+        self.clock = clock or Clock()
         self._polls: dict[
             tuple[str, datetime | None], tuple[CallSettings, URL, CIMultiDict[str] | None]
         ] = {}
@@ -177,7 +182,7 @@ class HttpCaller:
             headers["Content-Type"] = "application/json"
         if call.secret:
             headers["X-Ecron-Signature"] = signature(
-                call.secret, method, url.raw_path_qs, body, int(time.time())
+                call.secret, method, url.raw_path_qs, body, int(self.clock.now().timestamp())
             )
         return headers
 
@@ -238,7 +243,7 @@ class HttpCaller:
                 allow_redirects=False,
             ) as response:
                 content, too_big = await _read_capped(response, self.body_limit)
-                return classify(response.status, content, too_big, response.headers)
+                return classify(response.status, content, too_big, response.headers, self.clock.now)
         except aiohttp.ConnectionTimeoutError as exc:
             return CallOutcome(OutcomeKind.UNSENT, detail=f"connect timed out: {exc}")
         except aiohttp.ClientConnectorError as exc:
@@ -266,9 +271,14 @@ async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> tuple[by
 
 
 def classify(
-    status: int, content: bytes, too_big: bool, headers: Mapping[str, str] | None = None
+    status: int,
+    content: bytes,
+    too_big: bool,
+    headers: Mapping[str, str] | None = None,
+    now: Callable[[], datetime] = _SYSTEM_CLOCK.now,
 ) -> CallOutcome:
-    """Read an HTTP answer as PROTOCOL.md's table says."""
+    """Read an HTTP answer as PROTOCOL.md's table says (``now``: for a ``Retry-After``
+    date)."""
     if 200 <= status < 300:
         if too_big:
             return CallOutcome(
@@ -284,7 +294,7 @@ def classify(
     if status == 404:
         return CallOutcome(OutcomeKind.UNKNOWN, http_status=status, detail="404 Not Found")
     if status in (408, 429) or status >= 500:
-        retry_after = _retry_after(headers) if status in (429, 503) else None
+        retry_after = _retry_after(headers, now) if status in (429, 503) else None
         return CallOutcome(
             OutcomeKind.TRANSIENT,
             http_status=status,
@@ -303,7 +313,7 @@ def _decode(content: bytes) -> Any:
         return json.loads(content)
 
 
-def _retry_after(headers: Mapping[str, str] | None) -> float | None:
+def _retry_after(headers: Mapping[str, str] | None, now: Callable[[], datetime]) -> float | None:
     value = None if headers is None else headers.get("Retry-After")
     if not value:
         return None
@@ -314,4 +324,6 @@ def _retry_after(headers: Mapping[str, str] | None) -> float | None:
         when = parsedate_to_datetime(text)
     except (TypeError, ValueError):
         return None
-    return max(0.0, when.timestamp() - time.time())
+    if when.tzinfo is None:  # "-0000": UTC, with no zone said
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - now()).total_seconds())

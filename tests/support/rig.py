@@ -31,21 +31,38 @@ class FakeClock(Clock):
 
     def __init__(self, now: datetime) -> None:
         self.current = now
+        #: Set (and replaced) each time the clock moves: what ``wait`` waits on.
+        self._moved = asyncio.Event()
 
     def now(self) -> datetime:
         return self.current
 
     def advance(self, delta: timedelta) -> datetime:
-        self.current += delta
-        return self.current
+        return self.set(self.current + delta)
 
     def set(self, when: datetime) -> datetime:
         self.current = when
+        self._moved.set()
+        self._moved = asyncio.Event()
         return when
 
     async def sleep(self, seconds: float) -> None:
         self.current += timedelta(seconds=max(0.0, seconds))
         await asyncio.sleep(0)
+
+    async def wait(self, event: asyncio.Event, seconds: float) -> bool:
+        """Until ``event`` is set or this clock has been moved ``seconds`` on: real time
+        passing changes nothing."""
+        deadline = self.current + timedelta(seconds=max(0.0, seconds))
+        while not event.is_set() and self.current < deadline:
+            moved = asyncio.ensure_future(self._moved.wait())
+            setting = asyncio.ensure_future(event.wait())
+            try:
+                await asyncio.wait({moved, setting}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                moved.cancel()
+                setting.cancel()
+        return event.is_set()
 
 
 @dataclass
@@ -137,7 +154,7 @@ async def rig(database_url: str, specs: list[TaskSpec], now: datetime) -> AsyncI
     await store.sync_tasks(by_name, now)
     settings = DaemonSettings(database=database_url, prefetch=timedelta(0), poll_workers=4)
     session = aiohttp.ClientSession()
-    caller = HttpCaller(session, public_url=None, callback_secret="test")
+    caller = HttpCaller(session, public_url=None, callback_secret="test", clock=clock)
     parts = Parts.build(
         store=store,
         writer=StateWriter(store),
