@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from ecron.config.model import TaskSpec
 from ecron.core import Execution, Status
 from ecron.ids import new_eid
 from ecron.store.migrate import upgrade
@@ -71,6 +72,19 @@ async def orphan(database_url: str, execution: Execution) -> None:
         await store.close()
 
 
+def witness(service: UserService) -> TaskSpec:
+    """A task polled on the same 50 ms as ``job``, whose lease nobody takes: its polls show
+    the executor going round, without a fixed sleep."""
+    service.durations["w"] = 3600
+    return task("witness", f"{service.url}/jobs/w", poll_interval="50ms", task_timeout="1h")
+
+
+async def polled_again(service: UserService, eid: str, polls: int = 5) -> None:
+    """Wait until execution ``eid`` has been polled ``polls`` more times."""
+    before = len(service.calls_for(eid, "GET"))
+    await wait_for(lambda: len(service.calls_for(eid, "GET")) >= before + polls, timeout=10)
+
+
 async def test_a_node_whose_lease_was_taken_over_cannot_write_the_execution_any_more(
     make_daemon: DaemonFactory, user_service: UserService, database_url: str
 ) -> None:
@@ -81,13 +95,14 @@ async def test_a_node_whose_lease_was_taken_over_cannot_write_the_execution_any_
     spec = task("job", f"{user_service.url}/jobs/x", poll_interval="50ms")
     intruder = SqlStore.open(database_url)
     try:
-        async with make_daemon([spec], lease_ttl="1h") as daemon:
+        async with make_daemon([spec, witness(user_service)], lease_ttl="1h") as daemon:
+            watcher = await run_once(daemon, "witness")
             eid = await run_once(daemon, "job")
             await wait_for(lambda: len(user_service.calls_for(eid, "GET")) >= 2, timeout=5)
             taken = await take_over(intruder, eid, "intruder")
             polls = len(user_service.calls_for(eid, "GET"))
             await wait_for(lambda: eid not in daemon.executor.inflight, timeout=5)
-            await asyncio.sleep(0.3)
+            await polled_again(user_service, watcher)  # polls of "job" would have gone on
             after = await intruder.get_execution(eid)
     finally:
         await intruder.close()
@@ -107,13 +122,14 @@ async def test_a_node_that_lost_its_lease_learns_it_at_the_next_renewal_without_
     spec = task("job", f"{user_service.url}/jobs/x", poll_interval="50ms")
     intruder = SqlStore.open(database_url)
     try:
-        async with make_daemon([spec], lease_ttl="1s") as daemon:
+        async with make_daemon([spec, witness(user_service)], lease_ttl="1s") as daemon:
+            watcher = await run_once(daemon, "witness")
             eid = await run_once(daemon, "job")
             await wait_for(lambda: len(user_service.calls_for(eid, "GET")) >= 2, timeout=5)
             await take_over(intruder, eid, "intruder")
             await wait_for(lambda: eid not in daemon.executor.inflight, timeout=3)
             polls = len(user_service.calls_for(eid, "GET"))
-            await asyncio.sleep(0.3)
+            await polled_again(user_service, watcher)  # polls of "job" would have gone on
     finally:
         await intruder.close()
     assert len(user_service.calls_for(eid, "GET")) <= polls + 1

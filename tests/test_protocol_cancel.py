@@ -3,7 +3,6 @@ its acknowledgement is recorded, nothing is polled after it; a person's cancel l
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,20 @@ def never_ending(service: UserService, **keys: Any) -> list[Any]:
     return [task("job", f"{service.url}/jobs/x", **values)]
 
 
+def witness(service: UserService) -> Any:
+    """A never-ending task polled on the same interval as ``job``: while it is polled, the
+    executor goes round, so its polls measure "long enough for a poll, had there been one"
+    without a fixed sleep."""
+    service.durations["w"] = 3600
+    return task("witness", f"{service.url}/jobs/w", task_timeout="1h", request_timeout="2s")
+
+
+async def witnessed(daemon: Daemon, service: UserService, eid: str, polls: int = 3) -> None:
+    """Wait until execution ``eid`` (of ``witness``) has been polled ``polls`` more times."""
+    before = len(service.calls_for(eid, "GET"))
+    await wait_for(lambda: len(service.calls_for(eid, "GET")) >= before + polls, timeout=10)
+
+
 def after_delete(service: UserService, eid: str) -> list[str]:
     methods = service.methods_for(eid)
     return methods[methods.index("DELETE") + 1 :]
@@ -48,11 +61,12 @@ async def test_a_timed_out_execution_gets_exactly_one_delete_and_no_poll_after_i
     make_daemon: DaemonFactory, user_service: UserService
 ) -> None:
     """Deadline = first trigger + task_timeout: then one DELETE, TIMED_OUT, acknowledged."""
-    async with make_daemon(never_ending(user_service)) as daemon:
+    async with make_daemon([*never_ending(user_service), witness(user_service)]) as daemon:
+        watcher = await run_once(daemon, "witness")
         eid = await run_once(daemon, "job")
         execution = await ended(daemon, eid)
         calls_at_end = len(user_service.calls_for(eid))
-        await asyncio.sleep(0.5)  # long enough for several more polls, had there been any
+        await witnessed(daemon, user_service, watcher)  # several more polls, had there been any
     assert execution.status is Status.TIMED_OUT
     assert execution.cancel_acknowledged is True
     assert user_service.methods_for(eid).count("DELETE") == 1
@@ -123,14 +137,15 @@ async def test_a_person_cancels_through_the_api_and_the_execution_ends_cancelled
 ) -> None:
     """POST /api/v1/executions/{eid}/cancel: one DELETE, CANCELLED, no poll after it; a
     second cancel answers 409 and an unknown id 404."""
-    spec = never_ending(user_service, task_timeout="1h")
+    spec = [*never_ending(user_service, task_timeout="1h"), witness(user_service)]
     async with make_daemon(spec) as daemon:
+        watcher = await run_once(daemon, "witness")
         eid = await run_once(daemon, "job")
         await wait_for(lambda: user_service.calls_for(eid, "GET"), timeout=5)
         status, snapshot = await api_cancel(daemon, eid)
         again, _ = await api_cancel(daemon, eid)
         unknown, _ = await api_cancel(daemon, "no-such-id")
-        await asyncio.sleep(0.5)
+        await witnessed(daemon, user_service, watcher)  # several more polls, had there been any
     assert status == 200
     assert (snapshot["status"], snapshot["cancel_acknowledged"]) == ("CANCELLED", True)
     assert (again, unknown) == (409, 404)

@@ -172,6 +172,15 @@ async def test_an_interrupted_idempotent_task_is_resumed_by_itself_from_the_fail
     assert old_snapshot["status"] == "FAILED" and old_snapshot["resumed_by"] == second.eid
 
 
+async def patrol_rounds(logs: list[dict[str, Any]], count: int) -> None:
+    """Wait until the patrol has finished ``count`` more rounds (``patrol_done`` lines)
+    after this call: a round started before it does not count."""
+    seen = sum(1 for e in logs if e["event"] == "patrol_done") + 1
+    await wait_for(
+        lambda: sum(1 for e in logs if e["event"] == "patrol_done") >= seen + count, timeout=20
+    )
+
+
 async def test_a_task_that_writes_waits_for_a_person_and_is_resumed_once_only(
     make_daemon: DaemonFactory, user_service: UserService
 ) -> None:
@@ -185,7 +194,7 @@ async def test_a_task_that_writes_waits_for_a_person_and_is_resumed_once_only(
         async with make_daemon([spec], patrol_interval="200ms") as daemon:
             eid = await run_once(daemon, "init")
             await ended(daemon, eid)
-            await asyncio.sleep(0.7)  # three patrol rounds
+            await patrol_rounds(logs, 3)  # three full rounds after the end: none resumed it
             assert await daemon.store.resumes_of([eid]) == {}
             status, created = await api(daemon, "POST", f"/api/v1/executions/{eid}/resume")
             again, refused = await api(daemon, "POST", f"/api/v1/executions/{eid}/resume")
@@ -215,7 +224,8 @@ async def test_a_chain_that_keeps_failing_stops_after_resume_max_attempts(
             eid = await run_once(daemon, "init")
             first_resume = await resume_of(daemon, eid)
             second_resume = await resume_of(daemon, first_resume.eid)
-            await asyncio.sleep(1.0)  # five more patrol rounds
+            await ended(daemon, second_resume.eid)
+            await patrol_rounds(logs, 5)  # five full rounds after its end: no third resume
             page = await daemon.store.list_executions(task="init")
     assert [e.resume_attempt for e in reversed(page.items)] == [0, 1, 2]
     assert second_resume.status is Status.FAILED
