@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
-import pytest
 import sqlalchemy as sa
 
 from ecron.config.model import TaskSpec
@@ -19,12 +17,6 @@ from ecron.store.tables import execution_table
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, run_once
 from tests.support.service import UserService, wait_for
-
-
-@pytest.fixture
-def database_url(tmp_path: Path) -> str:
-    """Leases behave the same on both databases (see test_store.py): SQLite here."""
-    return f"sqlite+aiosqlite:///{tmp_path / 'ecron.db'}"
 
 
 async def take_over(store: SqlStore, eid: str, node: str) -> Execution:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from itertools import count
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,12 +28,6 @@ from tests.support.service import UserService, wait_for
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
-
-
-@pytest.fixture
-def database_url(tmp_path: Path) -> str:
-    """Rules do not depend on the database: SQLite (the store contract covers both)."""
-    return f"sqlite+aiosqlite:///{tmp_path / 'ecron.db'}"
 
 
 def plan_of(spec: TaskSpec, next_fire_at: datetime, claim: Claim) -> FirePlan:
