@@ -80,8 +80,7 @@ class Commands:
             if local:
                 return min(local, key=lambda e: (e.scheduled_at, e.eid)), False
         eid = new_eid()
-        if spec.concurrency == "replace":
-            await self._replace_active(name, eid)
+        exclusive = await self._admit(spec, name, eid)
         execution = Execution(
             eid=eid,
             task=name,
@@ -92,7 +91,7 @@ class Commands:
             fence=1,
             steps=new_steps(spec, eid),
         )
-        return await self._create_started(execution, spec, exclusive=spec.concurrency == "forbid")
+        return await self._create_started(execution, spec, exclusive=exclusive)
 
     def _manual_time(self, name: str, now: datetime) -> datetime:
         """The moment asked for, to the millisecond, and never one this node gave already."""
@@ -103,11 +102,16 @@ class Commands:
         self._manual[name] = when
         return when
 
-    async def _replace_active(self, name: str, by: str) -> None:
-        active = await self.store.active_executions(name)
-        await self.executor.replace(
-            [Holder(e.eid, e.status, e.scheduled_at, e.trigger_kind) for e in active], by
-        )
+    async def _admit(self, spec: TaskSpec, name: str, by: str) -> bool:
+        """The task's ``concurrency`` for a new run ``by`` that people asked for: under
+        ``replace`` the active executions are cancelled now; True under ``forbid`` (the new
+        run is created only if none is active, in the same transaction)."""
+        if spec.concurrency == "replace":
+            active = await self.store.active_executions(name)
+            await self.executor.replace(
+                [Holder(e.eid, e.status, e.scheduled_at, e.trigger_kind) for e in active], by
+            )
+        return spec.concurrency == "forbid"
 
     async def _create_started(
         self, execution: Execution, spec: TaskSpec, *, exclusive: bool
@@ -170,12 +174,11 @@ class Commands:
             raise NothingToResume(
                 f"execution {eid}: every step of task {old.task!r} as configured now succeeded"
             )
-        if spec.concurrency == "replace":
-            await self._replace_active(old.task, planned.eid)
+        exclusive = await self._admit(spec, old.task, planned.eid)
         begun = started(planned, spec, claim)
         created = await (
             self.store.create_unless_active(begun)
-            if spec.concurrency == "forbid"
+            if exclusive
             else self.store.create_execution(begun)
         )
         if isinstance(created, Holder):
