@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from functools import cache
 from typing import Any
 
 import sqlalchemy as sa
@@ -17,6 +16,7 @@ from ecron.store.base import SyncResult, TaskState
 from ecron.store.bulk import Batch, Kind
 from ecron.store.engine import Engines
 from ecron.store.mapping import to_task
+from ecron.store.retry import retried, retrying
 from ecron.store.tables import task_table
 
 _REDACTED = "***"
@@ -44,7 +44,10 @@ class TaskOperations:
     """The ``Store`` operations on tasks (mixed into ``SqlStore``)."""
 
     engines: Engines
+    #: Made once, when the store opens (``successes_batch``).
+    _successes: Batch
 
+    @retried("sync_tasks")
     async def sync_tasks(self, specs: Mapping[str, TaskSpec], now: datetime) -> SyncResult:
         result = SyncResult()
         summary = sa.select(task_table.c.name, task_table.c.spec_hash, task_table.c.retired)
@@ -83,6 +86,7 @@ class TaskOperations:
                 result.retired.extend(gone)
         return result
 
+    @retried("get_task")
     async def get_task(self, name: str) -> TaskState | None:
         async with self.engines.read() as conn:
             row = (
@@ -92,6 +96,7 @@ class TaskOperations:
             )
         return None if row is None else to_task(row)
 
+    @retried("list_tasks")
     async def list_tasks(self, *, include_retired: bool = False) -> list[TaskState]:
         query = sa.select(task_table).order_by(task_table.c.name)
         if not include_retired:
@@ -99,12 +104,14 @@ class TaskOperations:
         async with self.engines.read() as conn:
             return [to_task(row) for row in (await conn.execute(query)).mappings()]
 
+    @retried("next_fire_time")
     async def next_fire_time(self) -> datetime | None:
         query = sa.select(sa.func.min(task_table.c.next_fire_at)).where(*can_fire())
         async with self.engines.read() as conn:
             value: datetime | None = (await conn.execute(query)).scalar()
         return value
 
+    @retried("task_finished")
     async def task_finished(
         self,
         name: str,
@@ -123,6 +130,10 @@ class TaskOperations:
             values["next_fire_at"] = next_fire_at
         named = task_table.c.name == name
         async with self.engines.write() as conn:
+            if retrying():  # the attempt before may have recorded this end: not twice
+                row = (await conn.execute(sa.select(task_table).where(named))).mappings().first()
+                if row is None or row["last_end_at"] == finished_at:
+                    return None if row is None else to_task(row)
             await conn.execute(sa.update(task_table).where(named).values(values))
             if succeeded is False and pause_after > 0:
                 await conn.execute(
@@ -133,13 +144,15 @@ class TaskOperations:
             row = (await conn.execute(sa.select(task_table).where(named))).mappings().first()
         return None if row is None else to_task(row)
 
+    @retried("tasks_succeeded")
     async def tasks_succeeded(self, ends: Mapping[str, datetime]) -> None:
         if not ends:
             return
         rows = [{"name": name, "last_end_at": at} for name, at in ends.items()]
         async with self.engines.write() as conn:
-            await _successes(self.engines.dialect.name).update(conn, rows, returning="name")
+            await self._successes.update(conn, rows, returning="name")
 
+    @retried("set_paused")
     async def set_paused(
         self, name: str, paused: bool, reason: str | None, next_fire_at: datetime | None
     ) -> TaskState | None:
@@ -235,8 +248,7 @@ def _changed_task(
     return values
 
 
-@cache
-def _successes(dialect: str) -> Batch:
+def successes_batch(dialect: str) -> Batch:
     """Successes recorded on many tasks at once: most tasks count no failures, and their
     rows are not written."""
     columns: dict[str, Kind] = {"name": "text", "last_end_at": "time"}
