@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,9 +18,10 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 from structlog.testing import capture_logs
 
-from ecron.core import Status, Step
+from ecron.core import Execution, Status, Step
+from ecron.store.base import Gate
 from ecron.store.engine import Engines
-from ecron.store.retry import ATTEMPTS
+from ecron.store.retry import ATTEMPTS, transient
 from ecron.store.sql import SqlStore
 from ecron.store.tables import execution_table
 from tests.conftest import task
@@ -255,3 +256,69 @@ async def test_writes_whose_commit_answer_was_lost_are_not_done_twice(lossy: Any
     ]
     stored = await store.get_execution(wanted.eid)
     assert stored is not None and stored.version == after.version
+
+
+async def test_a_start_whose_commit_answer_was_lost_is_not_taken_for_an_overlap(
+    lossy: Any,
+) -> None:
+    """Retried after its commit landed, a start under a forbid-like rule sees its own
+    execution active; it decides as the first attempt did, and the start is reported
+    done (not refused, not skipped). A run made unless active is the one it made."""
+    store, lost = lossy
+    await store.sync_tasks({"a": task("a", URL), "b": task("b", URL)}, T0)
+    scheduled = await store.create_execution(execution("a", T0, status=Status.SCHEDULED))
+    assert scheduled is not None
+    calls: list[tuple[str, ...]] = []
+
+    def forbid(gates: Mapping[str, Gate]) -> list[tuple[Execution, Execution]]:
+        active = tuple(holder.eid for holder in gates["a"].active)
+        calls.append(active)
+        status = Status.SKIPPED if active else Status.PENDING
+        return [(scheduled, scheduled.evolve(version=scheduled.version + 1, status=status))]
+
+    lost.armed = True
+    [(_before, after, stored)] = await store.start_executions(["a"], forbid)
+    assert stored is not None and stored.status is Status.PENDING and stored == after
+    assert calls == [(), (scheduled.eid,), ()]
+    lost.armed = True
+    run = execution("b", T0)
+    assert await store.create_unless_active(run) == run
+
+
+def _wrapped(orig: BaseException) -> sa.exc.DBAPIError:
+    """``orig`` as SQLAlchemy hands a driver's error on."""
+    return sa.exc.DBAPIError.instance("SELECT 1", {}, orig, Exception)
+
+
+@pytest.mark.parametrize(
+    ("error", "worth_again"),
+    [
+        (_wrapped(sqlite3.OperationalError("database is locked")), True),
+        (_wrapped(sqlite3.OperationalError("database is busy")), True),
+        (_wrapped(sqlite3.OperationalError("no such table: task")), False),
+        (_wrapped(sqlite3.IntegrityError("UNIQUE constraint failed: task.name")), False),
+        (asyncpg.exceptions.SerializationError("could not serialize access"), True),
+        (asyncpg.exceptions.DeadlockDetectedError("deadlock detected"), True),
+        (asyncpg.exceptions.CannotConnectNowError("the database system is starting up"), True),
+        (asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed"), True),
+        (
+            asyncpg.exceptions.InterfaceError(
+                "cannot call Connection.fetch(): connection is closed"
+            ),
+            True,
+        ),
+        (asyncpg.exceptions.UniqueViolationError("duplicate key value"), False),
+        (ConnectionRefusedError(111, "Connection refused"), True),
+        (ValueError("naive datetime"), False),
+    ],
+    ids=lambda value: type(value).__name__ if isinstance(value, BaseException) else str(value),
+)
+def test_the_transient_errors_of_each_database_are_told_from_the_rest(
+    error: BaseException, worth_again: bool
+) -> None:
+    """SQLite busy/locked, connection loss, serialization failure and deadlock are run
+    again; constraint and programming errors are not."""
+    raised_from = _wrapped(Exception("adapted"))
+    raised_from.__cause__ = error  # how SQLAlchemy's asyncpg adapter chains the original
+    assert transient(error) is worth_again
+    assert transient(raised_from) is worth_again
