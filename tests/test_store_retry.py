@@ -322,3 +322,20 @@ def test_the_transient_errors_of_each_database_are_told_from_the_rest(
     raised_from.__cause__ = error  # how SQLAlchemy's asyncpg adapter chains the original
     assert transient(error) is worth_again
     assert transient(raised_from) is worth_again
+
+
+async def test_two_nodes_syncing_the_same_new_tasks_at_once_both_succeed(
+    store: SqlStore, database_url: str
+) -> None:
+    """Two nodes starting together both find the tasks new: the insert that comes second
+    leaves the first one's rows alone instead of failing on the unique name."""
+    other = SqlStore.open(database_url)
+    specs = {f"t{i:02}": task(f"t{i:02}", URL, schedule={"every": "1s"}) for i in range(50)}
+    try:
+        first, second = await asyncio.gather(
+            store.sync_tasks(specs, T0), other.sync_tasks(specs, T0)
+        )
+    finally:
+        await other.close()
+    assert sorted(first.added + second.added) == sorted(specs)
+    assert len(await store.list_tasks()) == 50

@@ -63,8 +63,10 @@ class TaskOperations:
             if new:
                 firsts = _FirstFireTimes(now)
                 rows_new = [_new_task(spec, now, firsts) for spec in new]
-                await conn.execute(sa.insert(task_table), rows_new)
-                result.added.extend(spec.name for spec in new)
+                # another node starting at the same moment may add them first: its rows stay
+                insert = self.engines.dialect.insert(task_table).on_conflict_do_nothing()
+                added = await conn.execute(insert.returning(task_table.c.name), rows_new)
+                result.added.extend(sorted(added.scalars()))
             if changed:
                 query = sa.select(task_table).where(task_table.c.name.in_(changed))
                 found = (await conn.execute(query)).mappings().all()
@@ -73,17 +75,18 @@ class TaskOperations:
                 await conn.execute(_UPDATE_TASK, updates)  # one executemany for them all
                 result.updated.extend(changed)
             if gone:
-                await conn.execute(
+                retired = await conn.execute(
                     sa.update(task_table)
-                    .where(task_table.c.name.in_(gone))
+                    .where(task_table.c.name.in_(gone), task_table.c.retired.is_(False))
                     .values(
                         retired=True,
                         next_fire_at=None,
                         updated_at=now,
                         version=task_table.c.version + 1,
                     )
+                    .returning(task_table.c.name)
                 )
-                result.retired.extend(gone)
+                result.retired.extend(sorted(retired.scalars()))
         return result
 
     @retried("get_task")
@@ -210,10 +213,14 @@ def _new_task(
     }
 
 
-#: One changed task row, as an executemany of this statement (``b_name`` finds the row).
+#: One changed task row, as an executemany of this statement: ``b_name`` finds the row, a
+#: compare-and-set on the ``b_version`` it was read at (a node that synced it meanwhile wins).
 _UPDATE_TASK = (
     sa.update(task_table)
-    .where(task_table.c.name == sa.bindparam("b_name"))
+    .where(
+        task_table.c.name == sa.bindparam("b_name"),
+        task_table.c.version == sa.bindparam("b_version"),
+    )
     .values(
         {
             column: sa.bindparam(column)
@@ -244,7 +251,9 @@ def _changed_task(
     same_schedule = all(stored.get(key) == spec.dumped.get(key) for key in _SCHEDULING)
     if same_schedule and not row["retired"]:
         values["next_fire_at"] = row["next_fire_at"]
-    values.update(b_name=row["name"], retired=False, version=row["version"] + 1)
+    values.update(
+        b_name=row["name"], b_version=row["version"], retired=False, version=row["version"] + 1
+    )
     return values
 
 
