@@ -20,8 +20,9 @@ Transient errors, listed once (``transient``):
 that is run again may find its own work already done. Why each kind stays right:
 
 - Reads, and writes of absolute values (``renew_leases``, ``set_paused``, ``heartbeat``,
-  ``tasks_succeeded``, ``shared_secret``, ``purge_history``): doing them twice is doing
-  them once. ``release_leases`` matches ``owner = node``: the second time it finds none.
+  ``tasks_succeeded``, ``shared_secret``): doing them twice is doing them once.
+  ``purge_history``: a retry deletes the next batch, as the patrol's next round would.
+  ``release_leases`` matches ``owner = node``: the second time it finds none.
   ``force_claim`` raises the fence once more and returns the rows as they now are.
 - ``save`` and ``start_executions``: compare-and-set on fence and version. On a retry a
   row whose compare fails but that already holds exactly the write (same fence, the new
@@ -35,8 +36,9 @@ that is run again may find its own work already done. Why each kind stays right:
   expires, and are then taken over like any others (late by up to a lease, never twice).
 - ``task_finished`` (counts failures in a row): on a retry, a task whose ``last_end_at``
   already is this end is not counted again. ``give_up_resume``: on a retry, the row
-  already marked at ``now`` is this call's. ``sync_tasks``: a landed sync leaves nothing
-  to change; the retry's result then lists nothing.
+  already marked at ``now`` is this call's. ``sync_tasks`` (itself a compare-and-set: new
+  rows ``ON CONFLICT DO NOTHING``, changed rows at the version read): a landed sync leaves
+  nothing to change, and the retry's result then lists nothing.
 
 Not retried: ``ping`` (it reports the database as it is now) and the cluster lock (held on
 a connection for its whole span; a lock not taken is an ordinary outcome).
