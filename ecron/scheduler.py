@@ -143,6 +143,7 @@ class Scheduler:
         waiting: list[tuple[Execution, list[Holder]]] = []
 
         def decide(gates: Mapping[str, Gate]) -> list[tuple[Execution, Execution]]:
+            waiting.clear()  # a retried transaction decides again: only the last decision counts
             writes = []
             starting: dict[str, list[Holder]] = {}
             for execution in ordered:

@@ -59,7 +59,8 @@ class FirePlan:
 
 
 #: Decides a due task's fate inside the claim transaction; None leaves the task alone (this
-#: node does not know it, or knows another version of it).
+#: node does not know it, or knows another version of it). Called again when the
+#: transaction is retried.
 Planner = Callable[[DueTask], FirePlan | None]
 
 
@@ -100,6 +101,8 @@ class Gate:
 
 
 #: Decides, from each task's gate, what every start becomes: ``(before, after)`` writes.
+#: It may be called more than once for one start (a retried transaction): only the last
+#: call's decision counts.
 Decider = Callable[[Mapping[str, Gate]], Sequence[tuple[Execution, Execution]]]
 
 #: One write and its result: ``(before, after, stored)``, ``stored`` None when the compare
@@ -130,6 +133,10 @@ class Store(abc.ABC):
     Every state write of an execution is a compare-and-set on its ``fence``
     (the lease) and ``version`` (the row): a write built on stale state is
     refused, never applied.
+
+    Each operation is one transaction, run again from its start when the database
+    fails it for a passing reason (``ecron.store.retry``); the callbacks an operation
+    takes (``plan``, ``decide``, ``lease_for``) are then called again.
     """
 
     @abc.abstractmethod

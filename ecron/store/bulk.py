@@ -88,13 +88,18 @@ class Batch:
     keep_when_null: Sequence[str] = ()
     also: str = ""
     where: str = ""
+    #: Decided once, when the batch is made (by the store, when it opens).
+    _postgres: bool = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_postgres", self.dialect == "postgresql")
 
     # -- values -----------------------------------------------------------------------------
 
     def encode(self, rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         """``rows`` (dicts of this batch's fields, changed in place) with every value in the
         form the database stores."""
-        time_text = _pg_time if self.dialect == "postgresql" else _sqlite_time
+        time_text = _pg_time if self._postgres else _sqlite_time
         times = [name for name, kind in self.columns.items() if kind == "time"]
         documents = [name for name, kind in self.columns.items() if kind == "json"]
         texts: dict[datetime, str] = {}  # a batch repeats its times (claimed, due at once)
@@ -125,7 +130,7 @@ class Batch:
         if not encoded:
             return set()
         names = list(self.columns)
-        if self.dialect == "postgresql":
+        if self._postgres:
             values = ", ".join(self._pg_value(name) for name in names)
             sql = (
                 f"INSERT INTO {self.table} ({', '.join(names)}) SELECT {values} "
@@ -150,7 +155,7 @@ class Batch:
         encoded = self.encode(rows)
         if not encoded:
             return set()
-        if self.dialect == "postgresql":
+        if self._postgres:
             result = await conn.execute(
                 sa.text(self._pg_update(returning)), {"rows": orjson.dumps(encoded).decode()}
             )

@@ -10,11 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy import event
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from ecron.errors import StoreError
+from ecron.store.lock import locks_for
 
 #: How long a SQLite connection waits for another writer before giving up.
 SQLITE_BUSY_TIMEOUT_MS = 10_000
@@ -29,6 +32,8 @@ class Dialect:
     skip_locked: bool
     #: Path of the database file (SQLite), for the file lock.
     path: Path | None
+    #: The dialect's ``INSERT`` (with ``ON CONFLICT``) for a table.
+    insert: Callable[[sa.Table], Any]
 
 
 class Engines:
@@ -36,7 +41,10 @@ class Engines:
 
     On SQLite, write transactions start with ``BEGIN IMMEDIATE`` so that two
     processes on one file serialise instead of deadlocking, and writers in
-    this process queue on an asyncio lock rather than on the file's busy wait.
+    this process queue on an asyncio lock rather than on the file's busy wait
+    (``busy_timeout_ms``: how long a connection waits for another process's
+    writer before failing with ``database is locked``, which the store retries).
+    The cluster lock's kind (a file lock or an advisory lock) is chosen here too.
     """
 
     def __init__(
@@ -45,6 +53,7 @@ class Engines:
         *,
         pool_size: int = 10,
         observe: Callable[[str, float], None] | None = None,
+        busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS,
     ) -> None:
         #: Called with ("read" or "write", seconds) after each transaction.
         self.observe = observe
@@ -56,12 +65,14 @@ class Engines:
                 raise StoreError(
                     f"database {url!r}: use a SQLite file; an in-memory database cannot be shared"
                 )
-            self.dialect = Dialect("sqlite", skip_locked=False, path=path)
-            self.reader = _sqlite_engine(url, immediate=False)
-            self.writer = _sqlite_engine(url, immediate=True)
+            self.dialect = Dialect("sqlite", skip_locked=False, path=path, insert=sqlite.insert)
+            self.reader = _sqlite_engine(url, immediate=False, busy_ms=busy_timeout_ms)
+            self.writer = _sqlite_engine(url, immediate=True, busy_ms=busy_timeout_ms)
             self._write_lock: asyncio.Lock | None = asyncio.Lock()
         elif parsed.drivername == "postgresql+asyncpg":
-            self.dialect = Dialect("postgresql", skip_locked=True, path=None)
+            self.dialect = Dialect(
+                "postgresql", skip_locked=True, path=None, insert=postgresql.insert
+            )
             engine = create_async_engine(
                 url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
             )
@@ -71,6 +82,8 @@ class Engines:
             raise StoreError(
                 f"database {url!r}: use sqlite+aiosqlite:///FILE or postgresql+asyncpg://..."
             )
+        #: The cluster-wide lock (see ``ecron.store.lock``).
+        self.lock = locks_for(self.dialect.path, self.writer)
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncConnection]:
@@ -105,8 +118,8 @@ class Engines:
             await self.writer.dispose()
 
 
-def _sqlite_engine(url: str, *, immediate: bool) -> AsyncEngine:
-    engine = create_async_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+def _sqlite_engine(url: str, *, immediate: bool, busy_ms: int) -> AsyncEngine:
+    engine = create_async_engine(url, connect_args={"timeout": busy_ms / 1000})
     begin = "BEGIN IMMEDIATE" if immediate else "BEGIN"
 
     @event.listens_for(engine.sync_engine, "connect")
@@ -115,7 +128,7 @@ def _sqlite_engine(url: str, *, immediate: bool) -> AsyncEngine:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()

@@ -1,17 +1,25 @@
-"""The cluster-wide lock: a PostgreSQL advisory lock, or a file lock beside the SQLite file."""
+"""The cluster-wide lock: a PostgreSQL advisory lock, or a file lock beside the SQLite file.
+
+Which of them is decided once, when ``Engines`` opens (``locks_for``)."""
 
 from __future__ import annotations
 
 import asyncio
 import fcntl
 import hashlib
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ecron.store.engine import Engines
+if TYPE_CHECKING:
+    from ecron.store.engine import Engines
+
+#: ``lock(name, wait)``: hold the lock ``name``; yields whether it is held.
+Locker = Callable[[str, bool], AbstractAsyncContextManager[bool]]
 
 
 def _lock_key(name: str) -> int:
@@ -19,21 +27,37 @@ def _lock_key(name: str) -> int:
     return int.from_bytes(hashlib.sha256(f"ecron:{name}".encode()).digest()[:8], "big", signed=True)
 
 
-@asynccontextmanager
-async def cluster_lock(engines: Engines, name: str, *, wait: bool = True) -> AsyncIterator[bool]:
+def cluster_lock(
+    engines: Engines, name: str, *, wait: bool = True
+) -> AbstractAsyncContextManager[bool]:
     """Hold the lock ``name`` across every node sharing the database.
 
     Yields True when held. With ``wait=False`` it yields False at once if
     another node holds it.
     """
-    if engines.dialect.path is not None:
-        async with _file_lock(
-            engines.dialect.path.with_name(engines.dialect.path.name + f".{name}.lock"), wait
-        ) as held:
-            yield held
-        return
+    return engines.lock(name, wait)
+
+
+def locks_for(path: Path | None, engine: AsyncEngine) -> Locker:
+    """File locks beside the SQLite file at ``path``, or advisory locks through ``engine``."""
+    if path is not None:
+        base = path
+
+        def file_lock(name: str, wait: bool) -> AbstractAsyncContextManager[bool]:
+            return _file_lock(base.with_name(base.name + f".{name}.lock"), wait)
+
+        return file_lock
+
+    def advisory_lock(name: str, wait: bool) -> AbstractAsyncContextManager[bool]:
+        return _advisory_lock(engine, name, wait)
+
+    return advisory_lock
+
+
+@asynccontextmanager
+async def _advisory_lock(engine: AsyncEngine, name: str, wait: bool) -> AsyncIterator[bool]:
     key = _lock_key(name)
-    async with engines.writer.connect() as conn:
+    async with engine.connect() as conn:
         if wait:
             await conn.execute(sa.text("SELECT pg_advisory_lock(:key)"), {"key": key})
             held = True

@@ -1,7 +1,9 @@
 """``SqlStore``: the one store implementation, for SQLite and PostgreSQL.
 
 Reads and the state writes of executions live here; claims and leases in
-``sql_leases``, tasks in ``sql_tasks``.
+``sql_leases``, tasks in ``sql_tasks``. Every operation but ``ping`` and ``exclusive`` is
+one transaction run again on a transient error (``retry``, whose docstring says why that
+is safe for each kind); the dialect's statements and batches are chosen once, here.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ecron import __version__
@@ -29,8 +30,9 @@ from ecron.store.mapping import (
     to_execution,
     to_step,
 )
-from ecron.store.sql_leases import LeaseOperations
-from ecron.store.sql_tasks import TaskOperations
+from ecron.store.retry import retried, retrying
+from ecron.store.sql_leases import LeaseOperations, advance_batch, take_batch
+from ecron.store.sql_tasks import TaskOperations, successes_batch
 from ecron.store.tables import (
     execution_table,
     node_table,
@@ -92,6 +94,10 @@ class SqlStore(LeaseOperations, TaskOperations, Store):
             assign={**{column: column for column in STATE_COLUMNS}, "version": "new_version"},
             keep_when_null=["lease_until"],
         )
+        self._advances = advance_batch(name)
+        self._takes = take_batch(name)
+        self._successes = successes_batch(name)
+        self._insert = engines.dialect.insert
 
     @classmethod
     def open(
@@ -108,11 +114,9 @@ class SqlStore(LeaseOperations, TaskOperations, Store):
     async def close(self) -> None:
         await self.engines.dispose()
 
-    def _insert(self, table: sa.Table) -> Any:
-        return (postgresql.insert if self.dialect.name == "postgresql" else sqlite.insert)(table)
-
     # -- executions -------------------------------------------------------------------------
 
+    @retried("create_execution")
     async def create_execution(self, execution: Execution) -> Execution | None:
         async with self.engines.write() as conn:
             inserted = await self._insert_executions(conn, [execution])
@@ -131,8 +135,16 @@ class SqlStore(LeaseOperations, TaskOperations, Store):
         steps = [step_values(e.eid, step) for e in inserted for step in e.steps]
         if steps:
             await conn.execute(sa.insert(step_table), steps)
+        if retrying() and len(taken) < len(executions):
+            # an eid is fresh for each call: one already there came from the attempt
+            # before, whose commit was lost (its steps with it)
+            missing = [e.eid for e in executions if e.eid not in taken]
+            query = sa.select(execution_table.c.eid).where(execution_table.c.eid.in_(missing))
+            taken |= set((await conn.execute(query)).scalars())
+            inserted = [e for e in executions if e.eid in taken]
         return inserted
 
+    @retried("get_execution")
     async def get_execution(self, eid: str) -> Execution | None:
         async with self.engines.read() as conn:
             row = (
@@ -145,6 +157,7 @@ class SqlStore(LeaseOperations, TaskOperations, Store):
             steps = await self._steps(conn, [eid])
         return to_execution(row, steps.get(eid, ()))
 
+    @retried("list_executions")
     async def list_executions(
         self,
         *,
@@ -170,6 +183,7 @@ class SqlStore(LeaseOperations, TaskOperations, Store):
         items = [to_execution(row, steps.get(row["eid"], ())) for row in rows]
         return Page(items=items, next=items[-1].eid if more else None)
 
+    @retried("active_executions")
     async def active_executions(self, task: str) -> list[Execution]:
         query = (
             sa.select(execution_table)
@@ -178,6 +192,7 @@ class SqlStore(LeaseOperations, TaskOperations, Store):
         )
         return await self._executions(query)
 
+    @retried("last_executions")
     async def last_executions(self, names: Sequence[str]) -> dict[str, Execution]:
         if not names:
             return {}
@@ -189,6 +204,7 @@ class SqlStore(LeaseOperations, TaskOperations, Store):
         query = sa.select(execution_table).where(execution_table.c.eid.in_(newest))
         return {execution.task: execution for execution in await self._executions(query)}
 
+    @retried("claimed_fire_times")
     async def claimed_fire_times(self, names: Sequence[str]) -> dict[str, datetime]:
         if not names:
             return {}
@@ -220,6 +236,7 @@ class SqlStore(LeaseOperations, TaskOperations, Store):
             steps[row["eid"]].append(to_step(row))
         return steps
 
+    @retried("save")
     async def save(self, writes: Sequence[tuple[Execution, Execution]]) -> list[Execution | None]:
         async with self.engines.write() as conn:
             return await self._save(conn, writes)
@@ -241,8 +258,25 @@ class SqlStore(LeaseOperations, TaskOperations, Store):
         ]
         if steps:
             await conn.execute(_STEP_UPDATE, steps)
+        if retrying() and len(done) < len(writes):
+            done |= await self._written_before(conn, [w for w in writes if w[1].eid not in done])
         return [after if after.eid in done else None for _, after in writes]
 
+    async def _written_before(
+        self, conn: AsyncConnection, writes: Sequence[tuple[Execution, Execution]]
+    ) -> set[str]:
+        """Of writes whose compare failed in a retried transaction, those the attempt before
+        wrote (its commit lost): the row holds exactly ``after``, bar a lease renewed since."""
+        wanted = {after.eid: after for _, after in writes}
+        query = sa.select(execution_table).where(execution_table.c.eid.in_(list(wanted)))
+        found = set()
+        for row in (await conn.execute(query)).mappings():
+            after = wanted[row["eid"]]
+            if to_execution(row, after.steps).evolve(lease_until=after.lease_until) == after:
+                found.add(after.eid)
+        return found
+
+    @retried("resumes_of")
     async def resumes_of(self, eids: Sequence[str]) -> dict[str, str]:
         if not eids:
             return {}
@@ -252,6 +286,7 @@ class SqlStore(LeaseOperations, TaskOperations, Store):
         async with self.engines.read() as conn:
             return {row.resume_of: row.eid for row in await conn.execute(query)}
 
+    @retried("interrupted_unresumed")
     async def interrupted_unresumed(
         self, task: str, since: datetime, below_attempt: int, limit: int
     ) -> list[Execution]:
@@ -274,6 +309,7 @@ class SqlStore(LeaseOperations, TaskOperations, Store):
         )
         return await self._executions(query)
 
+    @retried("give_up_resume")
     async def give_up_resume(self, eid: str, now: datetime) -> bool:
         async with self.engines.write() as conn:
             result = await conn.execute(
@@ -284,8 +320,15 @@ class SqlStore(LeaseOperations, TaskOperations, Store):
                 )
                 .values(resume_given_up_at=now)
             )
-        return result.rowcount == 1
+            if result.rowcount == 1 or not retrying():
+                return result.rowcount == 1
+            # the attempt before may have recorded it, its commit lost: then it is at ``now``
+            query = sa.select(execution_table.c.resume_given_up_at).where(
+                execution_table.c.eid == eid
+            )
+            return bool((await conn.execute(query)).scalar() == now)
 
+    @retried("stuck")
     async def stuck(
         self, now: datetime, silent_since: Mapping[str, datetime], limit: int
     ) -> list[Execution]:
@@ -307,6 +350,7 @@ class SqlStore(LeaseOperations, TaskOperations, Store):
         )
         return await self._executions(query)
 
+    @retried("purge_history")
     async def purge_history(self, before: datetime, batch: int) -> int:
         old = (
             sa.select(execution_table.c.eid)
@@ -341,6 +385,7 @@ class SqlStore(LeaseOperations, TaskOperations, Store):
     def exclusive(self, name: str) -> AbstractAsyncContextManager[bool]:
         return cluster_lock(self.engines, name, wait=False)
 
+    @retried("heartbeat")
     async def heartbeat(self, node: str, now: datetime, *, host: str = "", pid: int = 0) -> None:
         statement = self._insert(node_table).values(
             node_id=node, started_at=now, heartbeat_at=now, host=host, pid=pid, version=__version__
@@ -351,15 +396,18 @@ class SqlStore(LeaseOperations, TaskOperations, Store):
         async with self.engines.write() as conn:
             await conn.execute(statement)
 
+    @retried("live_nodes")
     async def live_nodes(self, since: datetime) -> int:
         query = sa.select(sa.func.count()).where(node_table.c.heartbeat_at >= since)
         async with self.engines.read() as conn:
             return int((await conn.execute(query)).scalar_one())
 
+    @retried("remove_node")
     async def remove_node(self, node: str) -> None:
         async with self.engines.write() as conn:
             await conn.execute(sa.delete(node_table).where(node_table.c.node_id == node))
 
+    @retried("shared_secret")
     async def shared_secret(self, candidate: str) -> str:
         async with self.engines.write() as conn:
             await conn.execute(

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
 from datetime import datetime
-from functools import cache
 from typing import Any
 
 import sqlalchemy as sa
@@ -21,6 +21,7 @@ from ecron.core import ACTIVE, HELD, Execution, Status, TriggerKind
 from ecron.store.base import Claimed, Decider, DueTask, Gate, Holder, Planner, Written
 from ecron.store.bulk import Batch, Kind
 from ecron.store.engine import Dialect, Engines
+from ecron.store.retry import retried, retrying
 from ecron.store.sql_tasks import can_fire
 from ecron.store.tables import execution_table, task_table
 
@@ -36,6 +37,9 @@ class LeaseOperations:
 
     engines: Engines
     dialect: Dialect
+    #: Batches made once, when the store opens (``advance_batch``, ``take_batch``).
+    _advances: Batch
+    _takes: Batch
 
     async def _insert_executions(
         self, conn: AsyncConnection, executions: Sequence[Execution]
@@ -59,6 +63,7 @@ class LeaseOperations:
 
     # -- claiming fire times ----------------------------------------------------------------
 
+    @retried("count_due")
     async def count_due(self, horizon: datetime, limit: int | None = None) -> int:
         due = (
             sa.select(task_table.c.name)
@@ -70,6 +75,7 @@ class LeaseOperations:
         async with self.engines.read() as conn:
             return int((await conn.execute(query)).scalar_one())
 
+    @retried("claim_due_fires")
     async def claim_due_fires(self, horizon: datetime, limit: int, plan: Planner) -> Claimed:
         query = self._locking(
             sa.select(
@@ -89,19 +95,23 @@ class LeaseOperations:
             advanced = [(task, decided) for task, decided in plans if decided is not None]
             if advanced:
                 moves = [{"name": t.name, "next_fire_at": p.next_fire_at} for t, p in advanced]
-                await _advance(self.dialect.name).update(conn, moves, returning="name")
+                await self._advances.update(conn, moves, returning="name")
             planned = [e for _, decided in advanced for e in decided.executions]
             inserted = await self._insert_executions(conn, planned)
         return Claimed(inserted, read=len(due), advanced=len(advanced))
 
     # -- starting what was claimed ----------------------------------------------------------
 
+    @retried("start_executions")
     async def start_executions(
         self, tasks: Collection[str], decide: Decider, *, later_of: Collection[str] = ()
     ) -> list[Written]:
         async with self.engines.write() as conn:
             gates = await self._gates(conn, sorted(set(tasks)), sorted(set(later_of)))
             writes = list(decide(gates))
+            if retrying() and (own := _own_active(gates, writes)):
+                # the attempt before started these and its commit was lost: decide as it did
+                writes = list(decide(_without_own(gates, own)))
             stored = await self._save(conn, writes)
         return [(before, after, done) for (before, after), done in zip(writes, stored, strict=True)]
 
@@ -161,6 +171,7 @@ class LeaseOperations:
             holders[task].append(Holder(eid, Status(status), scheduled_at, TriggerKind(kind)))
         return holders
 
+    @retried("create_unless_active")
     async def create_unless_active(self, execution: Execution) -> Execution | Holder | None:
         async with self.engines.write() as conn:
             await conn.execute(
@@ -169,6 +180,8 @@ class LeaseOperations:
                 )
             )
             active = (await self._holders(conn, [execution.task])).get(execution.task)
+            if active and retrying() and any(h.eid == execution.eid for h in active):
+                return execution  # inserted by the attempt before, whose commit was lost
             if active:
                 return active[0]
             inserted = await self._insert_executions(conn, [execution])
@@ -176,6 +189,7 @@ class LeaseOperations:
 
     # -- taking over, renewing, letting go --------------------------------------------------
 
+    @retried("claim_runnable")
     async def claim_runnable(
         self,
         node: str,
@@ -204,7 +218,7 @@ class LeaseOperations:
                 return []
             rows = [{"eid": e.eid, "lease_until": lease_for(e), "owner": node} for e in found]
             # the rows were read (and locked, on PostgreSQL) in this transaction: still free
-            taken = await _take(self.dialect.name).update(conn, rows, returning="eid")
+            taken = await self._takes.update(conn, rows, returning="eid")
         return [
             execution.evolve(
                 owner=node,
@@ -216,6 +230,7 @@ class LeaseOperations:
             if execution.eid in taken
         ]
 
+    @retried("renew_leases")
     async def renew_leases(self, node: str, eids: Sequence[str], lease_until: datetime) -> set[str]:
         renewed: set[str] = set()
         async with self.engines.write() as conn:
@@ -233,6 +248,7 @@ class LeaseOperations:
                 renewed.update(rows.scalars())
         return renewed
 
+    @retried("release_leases")
     async def release_leases(self, node: str, eids: Sequence[str]) -> None:
         async with self.engines.write() as conn:
             for start in range(0, len(eids), _CHUNK):
@@ -245,6 +261,7 @@ class LeaseOperations:
                     .values(owner=None, lease_until=None, version=execution_table.c.version + 1)
                 )
 
+    @retried("force_claim")
     async def force_claim(
         self, node: str, eids: Sequence[str], lease_until: datetime
     ) -> list[Execution]:
@@ -269,8 +286,21 @@ class LeaseOperations:
             return await self._read_executions(conn, query)
 
 
-@cache
-def _advance(dialect: str) -> Batch:
+def _own_active(gates: dict[str, Gate], writes: Sequence[tuple[Execution, Execution]]) -> set[str]:
+    """The eids that ``writes`` start and that are active already."""
+    active = {holder.eid for gate in gates.values() for holder in gate.active}
+    return {before.eid for before, _ in writes} & active
+
+
+def _without_own(gates: dict[str, Gate], eids: set[str]) -> dict[str, Gate]:
+    """``gates`` without ``eids`` among the active executions (a retried start's own)."""
+    return {
+        name: replace(gate, active=tuple(h for h in gate.active if h.eid not in eids))
+        for name, gate in gates.items()
+    }
+
+
+def advance_batch(dialect: str) -> Batch:
     """Many tasks' next fire times moved at once."""
     columns: dict[str, Kind] = {"name": "text", "next_fire_at": "time"}
     return Batch(
@@ -283,8 +313,7 @@ def _advance(dialect: str) -> Batch:
     )
 
 
-@cache
-def _take(dialect: str) -> Batch:
+def take_batch(dialect: str) -> Batch:
     """The leases of many free executions given to one node at once, their fences raised."""
     columns: dict[str, Kind] = {"eid": "text", "lease_until": "time", "owner": "text"}
     return Batch(

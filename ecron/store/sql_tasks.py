@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from functools import cache
 from typing import Any
 
 import sqlalchemy as sa
@@ -17,6 +16,7 @@ from ecron.store.base import SyncResult, TaskState
 from ecron.store.bulk import Batch, Kind
 from ecron.store.engine import Engines
 from ecron.store.mapping import to_task
+from ecron.store.retry import retried, retrying
 from ecron.store.tables import task_table
 
 _REDACTED = "***"
@@ -44,7 +44,10 @@ class TaskOperations:
     """The ``Store`` operations on tasks (mixed into ``SqlStore``)."""
 
     engines: Engines
+    #: Made once, when the store opens (``successes_batch``).
+    _successes: Batch
 
+    @retried("sync_tasks")
     async def sync_tasks(self, specs: Mapping[str, TaskSpec], now: datetime) -> SyncResult:
         result = SyncResult()
         summary = sa.select(task_table.c.name, task_table.c.spec_hash, task_table.c.retired)
@@ -60,8 +63,10 @@ class TaskOperations:
             if new:
                 firsts = _FirstFireTimes(now)
                 rows_new = [_new_task(spec, now, firsts) for spec in new]
-                await conn.execute(sa.insert(task_table), rows_new)
-                result.added.extend(spec.name for spec in new)
+                # another node starting at the same moment may add them first: its rows stay
+                insert = self.engines.dialect.insert(task_table).on_conflict_do_nothing()
+                added = await conn.execute(insert.returning(task_table.c.name), rows_new)
+                result.added.extend(sorted(added.scalars()))
             if changed:
                 query = sa.select(task_table).where(task_table.c.name.in_(changed))
                 found = (await conn.execute(query)).mappings().all()
@@ -70,19 +75,21 @@ class TaskOperations:
                 await conn.execute(_UPDATE_TASK, updates)  # one executemany for them all
                 result.updated.extend(changed)
             if gone:
-                await conn.execute(
+                retired = await conn.execute(
                     sa.update(task_table)
-                    .where(task_table.c.name.in_(gone))
+                    .where(task_table.c.name.in_(gone), task_table.c.retired.is_(False))
                     .values(
                         retired=True,
                         next_fire_at=None,
                         updated_at=now,
                         version=task_table.c.version + 1,
                     )
+                    .returning(task_table.c.name)
                 )
-                result.retired.extend(gone)
+                result.retired.extend(sorted(retired.scalars()))
         return result
 
+    @retried("get_task")
     async def get_task(self, name: str) -> TaskState | None:
         async with self.engines.read() as conn:
             row = (
@@ -92,6 +99,7 @@ class TaskOperations:
             )
         return None if row is None else to_task(row)
 
+    @retried("list_tasks")
     async def list_tasks(self, *, include_retired: bool = False) -> list[TaskState]:
         query = sa.select(task_table).order_by(task_table.c.name)
         if not include_retired:
@@ -99,12 +107,14 @@ class TaskOperations:
         async with self.engines.read() as conn:
             return [to_task(row) for row in (await conn.execute(query)).mappings()]
 
+    @retried("next_fire_time")
     async def next_fire_time(self) -> datetime | None:
         query = sa.select(sa.func.min(task_table.c.next_fire_at)).where(*can_fire())
         async with self.engines.read() as conn:
             value: datetime | None = (await conn.execute(query)).scalar()
         return value
 
+    @retried("task_finished")
     async def task_finished(
         self,
         name: str,
@@ -123,6 +133,10 @@ class TaskOperations:
             values["next_fire_at"] = next_fire_at
         named = task_table.c.name == name
         async with self.engines.write() as conn:
+            if retrying():  # the attempt before may have recorded this end: not twice
+                row = (await conn.execute(sa.select(task_table).where(named))).mappings().first()
+                if row is None or row["last_end_at"] == finished_at:
+                    return None if row is None else to_task(row)
             await conn.execute(sa.update(task_table).where(named).values(values))
             if succeeded is False and pause_after > 0:
                 await conn.execute(
@@ -133,13 +147,15 @@ class TaskOperations:
             row = (await conn.execute(sa.select(task_table).where(named))).mappings().first()
         return None if row is None else to_task(row)
 
+    @retried("tasks_succeeded")
     async def tasks_succeeded(self, ends: Mapping[str, datetime]) -> None:
         if not ends:
             return
         rows = [{"name": name, "last_end_at": at} for name, at in ends.items()]
         async with self.engines.write() as conn:
-            await _successes(self.engines.dialect.name).update(conn, rows, returning="name")
+            await self._successes.update(conn, rows, returning="name")
 
+    @retried("set_paused")
     async def set_paused(
         self, name: str, paused: bool, reason: str | None, next_fire_at: datetime | None
     ) -> TaskState | None:
@@ -197,10 +213,14 @@ def _new_task(
     }
 
 
-#: One changed task row, as an executemany of this statement (``b_name`` finds the row).
+#: One changed task row, as an executemany of this statement: ``b_name`` finds the row, a
+#: compare-and-set on the ``b_version`` it was read at (a node that synced it meanwhile wins).
 _UPDATE_TASK = (
     sa.update(task_table)
-    .where(task_table.c.name == sa.bindparam("b_name"))
+    .where(
+        task_table.c.name == sa.bindparam("b_name"),
+        task_table.c.version == sa.bindparam("b_version"),
+    )
     .values(
         {
             column: sa.bindparam(column)
@@ -231,12 +251,13 @@ def _changed_task(
     same_schedule = all(stored.get(key) == spec.dumped.get(key) for key in _SCHEDULING)
     if same_schedule and not row["retired"]:
         values["next_fire_at"] = row["next_fire_at"]
-    values.update(b_name=row["name"], retired=False, version=row["version"] + 1)
+    values.update(
+        b_name=row["name"], b_version=row["version"], retired=False, version=row["version"] + 1
+    )
     return values
 
 
-@cache
-def _successes(dialect: str) -> Batch:
+def successes_batch(dialect: str) -> Batch:
     """Successes recorded on many tasks at once: most tasks count no failures, and their
     rows are not written."""
     columns: dict[str, Kind] = {"name": "text", "last_end_at": "time"}
