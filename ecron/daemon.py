@@ -27,7 +27,7 @@ from ecron.loop import loop_name
 from ecron.metrics import Metrics
 from ecron.notify import Notifier
 from ecron.parts import Parts
-from ecron.store.lock import cluster_lock
+from ecron.store.engine import cluster_lock
 from ecron.store.migrate import upgrade
 from ecron.store.sql import SqlStore
 from ecron.store.writer import StateWriter

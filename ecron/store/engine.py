@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,3 +138,14 @@ def _sqlite_engine(url: str, *, immediate: bool, busy_ms: int) -> AsyncEngine:
         conn.exec_driver_sql(begin)
 
     return engine
+
+
+def cluster_lock(
+    engines: Engines, name: str, *, wait: bool = True
+) -> AbstractAsyncContextManager[bool]:
+    """Hold the lock ``name`` across every node sharing the database.
+
+    Yields True when held. With ``wait=False`` it yields False at once if
+    another node holds it.
+    """
+    return engines.lock(name, wait)

@@ -1,6 +1,7 @@
 """The cluster-wide lock: a PostgreSQL advisory lock, or a file lock beside the SQLite file.
 
-Which of them is decided once, when ``Engines`` opens (``locks_for``)."""
+Which of them is decided once, when ``Engines`` opens (``locks_for``); ``cluster_lock``
+(in ``engine.py``) holds one."""
 
 from __future__ import annotations
 
@@ -10,13 +11,9 @@ import hashlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
-
-if TYPE_CHECKING:
-    from ecron.store.engine import Engines
 
 #: ``lock(name, wait)``: hold the lock ``name``; yields whether it is held.
 Locker = Callable[[str, bool], AbstractAsyncContextManager[bool]]
@@ -25,17 +22,6 @@ Locker = Callable[[str, bool], AbstractAsyncContextManager[bool]]
 def _lock_key(name: str) -> int:
     """A stable signed 64-bit advisory lock key for ``name``."""
     return int.from_bytes(hashlib.sha256(f"ecron:{name}".encode()).digest()[:8], "big", signed=True)
-
-
-def cluster_lock(
-    engines: Engines, name: str, *, wait: bool = True
-) -> AbstractAsyncContextManager[bool]:
-    """Hold the lock ``name`` across every node sharing the database.
-
-    Yields True when held. With ``wait=False`` it yields False at once if
-    another node holds it.
-    """
-    return engines.lock(name, wait)
 
 
 def locks_for(path: Path | None, engine: AsyncEngine) -> Locker:

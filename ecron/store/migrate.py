@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from ecron.store.engine import Engines
-from ecron.store.lock import cluster_lock
+from ecron.store.engine import Engines, cluster_lock
 
 if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig

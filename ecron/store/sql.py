@@ -21,8 +21,7 @@ from ecron import __version__
 from ecron.core import ACTIVE, FINAL, INTERRUPTED_REASONS, Execution, Status, Step, TriggerKind
 from ecron.store.base import Page, Store
 from ecron.store.bulk import Batch, Kind
-from ecron.store.engine import Engines
-from ecron.store.lock import cluster_lock
+from ecron.store.engine import Engines, cluster_lock
 from ecron.store.mapping import (
     EXECUTION_KINDS,
     execution_values,
