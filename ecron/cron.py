@@ -26,6 +26,7 @@ _MICROSECOND = timedelta(microseconds=1)
 _SECOND = timedelta(seconds=1)
 _DAY = timedelta(days=1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_CENTURY = datetime(2070, 1, 1, tzinfo=UTC)
 
 #: The shorthands of crontab(5), and the expressions they stand for.
 MACROS = {
@@ -227,21 +228,33 @@ def parse_cron(text: str, zone: tzinfo) -> CronRule:
         weekdays = cron_weekdays(fields[5])
     except ScheduleError as exc:
         raise ScheduleError(f"{text!r} is not a valid cron expression ({exc})") from None
-    common = {"second": second, "minute": minute, "hour": hour, "month": month, "timezone": UTC}
-    matchers: tuple[CronTrigger, ...]
+    if fields[3].startswith(("*", "?")) or fields[5].startswith(("*", "?")):
+        parts = [{"day": day, "day_of_week": weekdays}]
+    else:  # both restricted: a day of the month or a weekday
+        parts = [{"day": day}, {"day_of_week": weekdays}]
+    fields_of = {"second": second, "minute": minute, "hour": hour, "month": month}
     try:
-        if fields[3].startswith(("*", "?")) or fields[5].startswith(("*", "?")):
-            matchers = (CronTrigger(day=day, day_of_week=weekdays, **common),)
-        else:
-            either = (CronTrigger(day=day, **common), CronTrigger(day_of_week=weekdays, **common))
-            # A part that never matches (31 February) would be searched to the year 9999 at
-            # every call: only the other one is kept.
-            matchers = tuple(one for one in either if one.get_next_fire_time(None, _EPOCH))
-            matchers = matchers or either[:1]
+        found = [_matcher(fields_of | part) for part in parts]
     except ValueError as exc:  # not expected: every field was checked above
         raise ScheduleError(f"{text!r} is not a valid cron expression ({exc})") from None
+    matchers = tuple(matcher for matcher in found if matcher is not None)
+    if not matchers:
+        raise ScheduleError(f"{text!r} never fires (no such date, like 30 February)")
     fixed = not any(field.startswith("*") for field in fields[:3])
     return CronRule(zone, fixed, matchers)
+
+
+def _matcher(fields: dict[str, str]) -> CronTrigger | None:
+    """A trigger of these fields in UTC, or None when they match nothing in a century.
+
+    A part that never matches (31 February) would be searched up to the year 9999 at
+    every call, so it is left out. Any date that exists falls on every weekday within
+    28 years, so a century is enough to tell.
+    """
+    probe = CronTrigger(**fields, timezone=UTC, end_date=_CENTURY)
+    if probe.get_next_fire_time(None, _EPOCH) is None:
+        return None
+    return CronTrigger(**fields, timezone=UTC)
 
 
 def _fields(text: str) -> list[str]:

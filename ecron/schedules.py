@@ -167,10 +167,7 @@ def _read_time(value: Any, tz: tzinfo, key: str) -> datetime:
 def _parse_cron(text: str, tz: tzinfo) -> Schedule:
     cron = parse_cron(text, tz)
     zone_name = getattr(tz, "key", str(tz))
-    schedule = Schedule(ScheduleKind.CRON, f"cron {text} ({zone_name})", cron=cron)
-    if next_fire_time(schedule, None, EPOCH) is None:
-        raise ScheduleError(f"{text!r} never fires (no such date, like 30 February)")
-    return schedule
+    return Schedule(ScheduleKind.CRON, f"cron {text} ({zone_name})", cron=cron)
 
 
 def next_fire_time(schedule: Schedule, previous: datetime | None, now: datetime) -> datetime | None:
