@@ -43,7 +43,7 @@ _DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 _DAY_FULL_NAMES = ("sunday", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday")
 _MONTH_NAMES = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 #: One term of a field: ``*``, a value or a range of values, then maybe ``/step``.
-_TERM = re.compile(r"(\*|[a-z0-9]+(?:-[a-z0-9]+)?)(?:/([0-9]+))?")
+_TERM = re.compile(r"(\*|[a-zA-Z0-9]+(?:-[a-zA-Z0-9]+)?)(?:/([0-9]+))?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,7 +282,7 @@ def _expression(spec: _Field, field: str) -> str:
     """A numeric field in APScheduler's syntax, with crontab's meaning."""
     if field == "?" and spec.name == "day":
         return "*"
-    return ",".join(_term_expression(spec, part, field) for part in field.lower().split(","))
+    return ",".join(_term_expression(spec, part, field) for part in field.split(","))
 
 
 def _term_expression(spec: _Field, part: str, field: str) -> str:
@@ -308,8 +308,8 @@ def _term_expression(spec: _Field, part: str, field: str) -> str:
 
 
 def _value(spec: _Field, token: str, part: str, field: str) -> int:
-    if token in spec.names:
-        return spec.names.index(token) + spec.low
+    if token.lower() in spec.names:
+        return spec.names.index(token.lower()) + spec.low
     if not token.isdigit():
         raise _field_error(spec.name, f"{token!r} is not {spec.what}", part, field)
     value = int(token)
@@ -334,7 +334,7 @@ def cron_weekdays(field: str) -> str:
     if field in ("*", "?"):
         return "*"
     days: set[int] = set()
-    for part in field.lower().split(","):
+    for part in field.split(","):
         days |= _weekday_part(part, field)
     return ",".join(_DAY_NAMES[day] for day in sorted(days))
 
@@ -359,8 +359,8 @@ def _weekday(token: str, part: str, field: str) -> int:
     if token.isdigit() and int(token) <= 7:
         return int(token)
     for names in (_DAY_NAMES, _DAY_FULL_NAMES):
-        if token in names:
-            return names.index(token)
+        if token.lower() in names:
+            return names.index(token.lower())
     raise _field_error("weekday", f"{token!r} is not a weekday (0-7 or sun-sat)", part, field)
 
 
@@ -376,5 +376,5 @@ def _split_term(name: str, part: str, field: str) -> tuple[str, int | None]:
 
 
 def _field_error(name: str, problem: str, part: str, field: str) -> ScheduleError:
-    where = "" if part == field.lower() else f" in {field!r}"
+    where = "" if part == field else f" in {field!r}"
     return ScheduleError(f"cron field {name!r}: {problem}{where}")
