@@ -9,6 +9,12 @@ triggers, with crontab's meaning (Sunday is 0 or 7, names, steps longer than the
 range, the day-of-month OR day-of-week rule), and each matching wall time into the
 instants it fires at in the task's zone, by the daylight saving policy of ``CronRule``.
 Nothing here reads a clock.
+
+Why not a cron library that knows zones (cronsim, croniter): the policy for gaps is
+ecron's own (shifted by the gap; they run such a job at the gap's end), so the mapping
+from wall time to instant would be written here anyway, and cronsim asked with a zone
+loses fire times where the offset changes by 30 minutes. cronsim, asked without one,
+is the independent evaluator of tests/test_cron_differential.py.
 """
 
 from __future__ import annotations
