@@ -33,6 +33,10 @@ _SECOND = timedelta(seconds=1)
 _DAY = timedelta(days=1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CENTURY = datetime(2070, 1, 1, tzinfo=UTC)
+#: Zones outside ``Etc/`` whose offset never changes.
+_STEADY_ZONES = frozenset(
+    {"UTC", "UCT", "GMT", "GMT0", "GMT+0", "GMT-0", "Greenwich", "Universal", "Zulu"}
+)
 
 #: The shorthands of crontab(5), and the expressions they stand for.
 MACROS = {
@@ -91,6 +95,8 @@ class CronRule:
     fixed: bool
     #: Wall-clock matches, in UTC: one trigger, or two when a day of the month OR a weekday fires.
     matchers: tuple[CronTrigger, ...]
+    #: The zone's offset when it never changes (UTC, Etc/GMT-10): no gaps, no folds to look for.
+    steady: timedelta | None = None
 
     def first_after(self, after: datetime) -> datetime | None:
         """The first fire time strictly after ``after`` (aware), in UTC, or None.
@@ -101,12 +107,16 @@ class CronRule:
         up to ``after``'s (a wildcard job); just after a gap, its wall times that fire
         shifted past ``after`` (a fixed-time job).
         """
+        if self.steady is not None:
+            wall = (after.astimezone(UTC) + self.steady).replace(tzinfo=None)
+            found = self._match(wall.replace(microsecond=0) + _SECOND)
+            return None if found is None else (found - self.steady).replace(tzinfo=UTC)
         local = after.astimezone(self.zone)
         wall = local.replace(tzinfo=None)
         offset = local.utcoffset()
         assert offset is not None
         other = self._offset(wall, 1 - local.fold)
-        start = wall + _MICROSECOND
+        start = wall.replace(microsecond=0) + _SECOND  # the first whole second after ``wall``
         earlier: datetime | None = None
         if other != offset:  # a repeated wall time: ``after`` is in one of its passes
             if local.fold == 1 and self.fixed:
@@ -116,11 +126,20 @@ class CronRule:
                 earlier = self._second_pass(wall, offset - other)
         elif self.fixed:
             earlier = self._shifted_from_gap(after, wall, offset)
-        return _earliest(earlier, self._forward(after, start))
+        return _earliest(earlier, self._forward(after, start, offset))
 
-    def _forward(self, after: datetime, start: datetime) -> datetime | None:
-        """The first instant after ``after`` of the matching wall times from ``start`` on."""
+    def _forward(self, after: datetime, start: datetime, guess: timedelta) -> datetime | None:
+        """The first instant after ``after`` of the matching wall times from ``start`` on
+        (``guess``: the offset they most likely have)."""
         candidate = self._match(start)
+        if candidate is not None:
+            # Usually the first one is an ordinary time with the offset of ``after``: one
+            # conversion back says so (a skipped time never comes back, a second pass
+            # comes back with fold 1).
+            instant = (candidate - guess).replace(tzinfo=UTC)
+            back = instant.astimezone(self.zone)
+            if back.fold == 0 and back.replace(tzinfo=None) == candidate and instant > after:
+                return instant
         while candidate is not None:
             first = self._offset(candidate, 0)
             jump = self._offset(candidate, 1) - first  # > 0 in a gap, < 0 in a fold
@@ -247,7 +266,15 @@ def parse_cron(text: str, zone: tzinfo) -> CronRule:
     if not matchers:
         raise ScheduleError(f"{text!r} never fires (no such date, like 30 February)")
     fixed = not any(field.startswith("*") for field in fields[:3])
-    return CronRule(zone, fixed, matchers)
+    return CronRule(zone, fixed, matchers, _steady_offset(zone))
+
+
+def _steady_offset(zone: tzinfo) -> timedelta | None:
+    """The offset of a zone that never changes it (UTC and its aliases, ``Etc/*``), or None."""
+    key = getattr(zone, "key", None)
+    if zone is not UTC and key not in _STEADY_ZONES and not (key or "").startswith("Etc/"):
+        return None
+    return datetime(2000, 1, 1, tzinfo=zone).utcoffset()
 
 
 def _matcher(fields: dict[str, str]) -> CronTrigger | None:

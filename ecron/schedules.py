@@ -210,11 +210,11 @@ def _next_from(schedule: Schedule, previous: datetime) -> datetime | None:
 
 def _search(schedule: Schedule, previous: datetime | None, now: datetime) -> datetime | None:
     if schedule.cron is not None:
-        # Cron fire times are whole seconds: "at or after now" is "after just before now".
-        found = schedule.cron.first_after(now - _MICROSECOND if previous is None else previous)
-    else:
-        assert schedule.trigger is not None
-        found = _next_after(schedule.trigger, previous, now)
+        # Cron fire times are whole seconds in UTC already: "at or after now" is "after
+        # just before now", and nothing needs rounding.
+        return schedule.cron.first_after(now - _MICROSECOND if previous is None else previous)
+    assert schedule.trigger is not None
+    found = _next_after(schedule.trigger, previous, now)
     return None if found is None else _ms(found)
 
 
