@@ -1,14 +1,16 @@
 """Fire times: cron (with time zone), every (fixed rate), after (fixed delay), at (once), manual.
 
 All fire-time math comes from APScheduler 3.11's trigger classes, behind one
-small function, ``next_fire_time``, that takes ``now``. Nothing here reads a
-clock. Fire times are UTC and keep their milliseconds (nothing finer).
+small function, ``next_fire_time``, that takes ``now``: ``every`` and ``at`` from
+its interval and date triggers in UTC, cron from ``ecron.cron``, which asks its
+cron trigger for matching wall-clock times and turns them into instants in the
+task's zone. Nothing here reads a clock. Fire times are UTC and keep their
+milliseconds (nothing finer).
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -18,28 +20,17 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.triggers.base import BaseTrigger
-from apscheduler.triggers.combining import OrTrigger
-from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from ecron.cron import CronRule, parse_cron
+from ecron.cron import cron_weekdays as cron_weekdays
 from ecron.durations import format_duration, parse_duration
 from ecron.errors import ScheduleError
 
 #: ``every`` schedules without ``start`` fire at whole multiples of their interval since this.
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
-
-_CRON_DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
-_CRON_DAY_FULL_NAMES = (
-    "sunday",
-    "monday",
-    "tuesday",
-    "wednesday",
-    "thursday",
-    "friday",
-    "saturday",
-)
 
 
 class ScheduleKind(StrEnum):
@@ -59,12 +50,14 @@ class ScheduleKind(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Schedule:
-    """A parsed schedule: its kind, how to print it, and the trigger that computes it."""
+    """A parsed schedule: its kind, how to print it, and what computes it (a cron rule, an
+    APScheduler trigger for every and at, a delay for after)."""
 
     kind: ScheduleKind
     text: str
     trigger: BaseTrigger | None = None
     delay: timedelta | None = None
+    cron: CronRule | None = None
 
 
 def zone(name: str) -> tzinfo:
@@ -172,84 +165,9 @@ def _read_time(value: Any, tz: tzinfo, key: str) -> datetime:
 
 
 def _parse_cron(text: str, tz: tzinfo) -> Schedule:
-    fields = text.split()
-    if len(fields) == 5:
-        second, (minute, hour, day, month, dow) = "0", fields
-    elif len(fields) == 6:
-        second, minute, hour, day, month, dow = fields
-    else:
-        raise ScheduleError(
-            f"{text!r} is not a cron expression: it has {len(fields)} fields, "
-            "expected 5 (minute hour day month weekday) or 6 (seconds first)"
-        )
-    try:
-        weekdays = cron_weekdays(dow)
-    except ScheduleError as exc:
-        raise ScheduleError(f"{text!r} is not a valid cron expression ({exc})") from None
-    fields_of = {"second": second, "minute": minute, "hour": hour, "month": month, "timezone": tz}
-    try:
-        trigger: BaseTrigger
-        if day.startswith(("*", "?")) or weekdays == "*":
-            trigger = CronTrigger(day=day, day_of_week=weekdays, **fields_of)
-        else:
-            # crontab: when both day fields are restricted, either one matching is enough
-            # ("0 0 1 * 1" is the 1st of each month and every Monday); APScheduler wants both.
-            by_day = CronTrigger(day=day, day_of_week="*", **fields_of)
-            by_weekday = CronTrigger(day="*", day_of_week=weekdays, **fields_of)
-            trigger = OrTrigger([by_day, by_weekday])
-    except ValueError as exc:
-        raise ScheduleError(f"{text!r} is not a valid cron expression ({exc})") from None
+    cron = parse_cron(text, tz)
     zone_name = getattr(tz, "key", str(tz))
-    schedule = Schedule(ScheduleKind.CRON, f"cron {text} ({zone_name})", trigger=trigger)
-    if next_fire_time(schedule, None, EPOCH) is None:
-        raise ScheduleError(f"{text!r} never fires (no such date, like 30 February)")
-    return schedule
-
-
-def cron_weekdays(field: str) -> str:
-    """Translate a crontab weekday field (0 or 7 = Sunday) into APScheduler's names.
-
-    APScheduler 3 numbers weekdays from Monday = 0, so ``1-5`` would mean
-    Tuesday to Saturday there; cron means Monday to Friday. Numbers, names,
-    ranges, steps and lists are expanded to a list of day names.
-    """
-    if field in ("*", "?"):
-        return "*"
-    days: set[int] = set()
-    for part in field.lower().split(","):
-        days |= _weekday_part(part, field)
-    return ",".join(_CRON_DAY_NAMES[day] for day in sorted(days))
-
-
-def _weekday_part(part: str, field: str) -> set[int]:
-    match = re.fullmatch(r"(\*|\w+(?:-\w+)?)(?:/(\d+))?", part)
-    if not match:
-        raise ScheduleError(f"weekday field {field!r}: cannot read {part!r}")
-    span, step = match.group(1), int(match.group(2) or 1)
-    if step < 1:
-        raise ScheduleError(f"weekday field {field!r}: step must be at least 1")
-    if span == "*":
-        first, last = 0, 6
-    elif "-" in span:
-        first, last = (_weekday(token, field) for token in span.split("-"))
-        if last == 0 and first > 0:
-            last = 7  # "5-7" and "fri-sun" end on Sunday
-    else:
-        first = last = _weekday(span, field)
-        if match.group(2):
-            last = 6
-    if first > last:
-        raise ScheduleError(f"weekday field {field!r}: range {span!r} runs backwards")
-    return {day % 7 for day in range(first, last + 1, step)}
-
-
-def _weekday(token: str, field: str) -> int:
-    if token.isascii() and token.isdigit() and int(token) <= 7:
-        return int(token)
-    for names in (_CRON_DAY_NAMES, _CRON_DAY_FULL_NAMES):
-        if token in names:
-            return names.index(token)
-    raise ScheduleError(f"weekday field {field!r}: {token!r} is not a weekday (0-7 or sun-sat)")
+    return Schedule(ScheduleKind.CRON, f"cron {text} ({zone_name})", cron=cron)
 
 
 def next_fire_time(schedule: Schedule, previous: datetime | None, now: datetime) -> datetime | None:
@@ -262,21 +180,22 @@ def next_fire_time(schedule: Schedule, previous: datetime | None, now: datetime)
     ``previous`` is still ahead of ``now`` (claimed early). An ``after``
     schedule without a previous end fires at ``now``.
 
-    Daylight saving time, for cron in a zone that has it: a wall time the clock
-    skips fires once, shifted by the gap (02:30 becomes 03:30 when 02:00 jumps
-    to 03:00); a wall time the clock repeats fires once, at its first occurrence,
-    for a job whose second, minute and hour are fixed, and in both hours for
-    one with a wildcard among them (Vixie cron's rule).
+    Daylight saving time, for cron in a zone that has it (``CronRule``): a job whose
+    second, minute and hour are fixed fires once for a wall time the clock repeats,
+    at its first occurrence, and once for one it skips, shifted by the gap (02:30
+    becomes 03:30 when 02:00 jumps to 03:00); a job with a wildcard among them runs
+    by the clock, in both passes of a repeated hour and not in a skipped one. A
+    time without an offset (``at``, ``every``'s ``start``) is read the same way as a
+    fixed-time job: the first of a repeated time, a skipped one shifted by the gap.
     """
     if schedule.kind is ScheduleKind.MANUAL:
         return None
     if schedule.kind is ScheduleKind.AFTER:
         assert schedule.delay is not None
         return _ms(now if previous is None else previous + schedule.delay)
-    trigger = schedule.trigger
-    assert trigger is not None
     if schedule.kind is ScheduleKind.EVERY and previous is None:
-        return _ms(_first_interval_time(trigger, now))
+        assert schedule.trigger is not None
+        return _ms(_first_interval_time(schedule.trigger, now))
     if previous is not None:
         return _next_from(schedule, previous)
     return _search(schedule, None, now)
@@ -290,22 +209,20 @@ def _next_from(schedule: Schedule, previous: datetime) -> datetime | None:
 
 
 def _search(schedule: Schedule, previous: datetime | None, now: datetime) -> datetime | None:
-    trigger = schedule.trigger
-    assert trigger is not None
-    found = _next_after(trigger, previous, now)
-    if schedule.kind is ScheduleKind.CRON:
-        while found is not None and _second_fixed_time_of_fold(trigger, found):
-            found = _next_after(trigger, found, now)
+    if schedule.cron is not None:
+        # Cron fire times are whole seconds in UTC already: "at or after now" is "after
+        # just before now", and nothing needs rounding.
+        return schedule.cron.first_after(now - _MICROSECOND if previous is None else previous)
+    assert schedule.trigger is not None
+    found = _next_after(schedule.trigger, previous, now)
     return None if found is None else _ms(found)
 
 
 def _next_after(trigger: BaseTrigger, previous: datetime | None, now: datetime) -> datetime | None:
     if previous is None:
         return trigger.get_next_fire_time(None, now)  # type: ignore[no-any-return]
-    # APScheduler looks from min(now, previous + 1µs), and skips ``previous``
-    # itself only when it compares equal, which an ambiguous local time never
-    # does across zones (PEP 495). So look from just after ``previous``,
-    # whatever ``now``, adding in UTC (wall-clock arithmetic loses the fold).
+    # APScheduler looks from min(now, previous + 1µs); look from just after ``previous``,
+    # whatever ``now``, adding in UTC.
     after = previous.astimezone(UTC) + _MICROSECOND
     return trigger.get_next_fire_time(after, after)  # type: ignore[no-any-return]
 
@@ -321,21 +238,6 @@ def _first_interval_time(trigger: BaseTrigger, now: datetime) -> datetime:
     if now <= start:
         return start
     return start + -((start - now) // interval) * interval
-
-
-def _second_fixed_time_of_fold(trigger: BaseTrigger, when: datetime) -> bool:
-    """True for the second occurrence of a repeated wall time (DST ends) of a fixed-time job.
-
-    As in Vixie cron, a job whose second, minute and hour fields are all fixed
-    (``30 2 * * *``) runs once when the clock falls back; one with a wildcard
-    among them (``0 * * * *``, ``*/15 2 * * *``) runs by the clock in both hours.
-    """
-    base = trigger.triggers[0] if isinstance(trigger, OrTrigger) else trigger
-    local = when.astimezone(base.timezone)
-    if local.fold == 0 or local.utcoffset() == local.replace(fold=0).utcoffset():
-        return False
-    fields = {field.name: str(field) for field in base.fields}
-    return not any(fields[name].startswith("*") for name in ("second", "minute", "hour"))
 
 
 def missed_fire_times(

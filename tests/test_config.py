@@ -205,8 +205,7 @@ EXPECTED_PROBLEMS = [
     "tasks/pipelines.yaml: task 'etl': field 'steps[2].url': "
     "'ftp://etl.internal/load' is not an http(s) URL.",
     "tasks/reports.yaml: task 'nightly': field 'schedule': '61 * * * *' is not a valid cron "
-    "expression (Error validating expression '61': the last value (61) is higher than the "
-    "maximum value (59)).",
+    "expression (cron field 'minute': 61 is higher than the maximum value (59)).",
     "tasks/reports.yaml: task 'hourly': field 'trigger_retry.backoff': 10 is not a duration: "
     "write it with a unit, like 30s or 10m.",
 ]

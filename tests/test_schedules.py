@@ -252,8 +252,8 @@ def test_three_in_the_morning_in_shanghai_is_seven_in_the_evening_utc_the_day_be
 def test_a_daily_job_in_the_hour_skipped_by_spring_forward_fires_once_an_hour_late() -> None:
     """Berlin, 2026-03-29: 02:30 does not exist, so that day it fires at 03:30 CEST (01:30 UTC).
 
-    APScheduler 3.11 reads the missing 02:30 with the offset before the change
-    (+01:00), which is 01:30 UTC, i.e. 03:30 local. Once that day, never zero
+    The missing 02:30 is read with the offset before the change (+01:00), which
+    is 01:30 UTC, i.e. 03:30 local: shifted by the gap. Once that day, never zero
     or twice; the days around it fire at 02:30 local.
     """
     schedule = parse_schedule("30 2 * * *", "Europe/Berlin")
