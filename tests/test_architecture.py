@@ -29,9 +29,11 @@ ALLOWED: dict[str, set[str] | None] = {
     # Pure: no I/O, no clock, nothing else of ecron but the root of its errors.
     "core": {"errors"},
     # Config validates schedule expressions while loading, so that a bad cron names its
-    # file, task and field; ``schedules`` is a leaf itself (below).
+    # file, task and field; ``schedules`` (with ``cron``) imports no other part (below).
     "config": {"durations", "errors", "schedules"},
-    "schedules": {"durations", "errors"},
+    "schedules": {"cron", "durations", "errors"},
+    # Cron's half of the fire-time math (APScheduler asked in UTC, then the zone's rules).
+    "cron": {"errors"},
     "durations": {"errors"},
     "errors": set(),
     "clock": set(),
