@@ -8,23 +8,13 @@ from datetime import UTC, datetime
 import pytest
 
 from ecron.errors import ScheduleError
-from ecron.schedules import Schedule, cron_weekdays, next_fire_time, parse_schedule
+from ecron.schedules import cron_weekdays, parse_schedule
+from tests.support.schedules import fire_times
 
 
 def utc(*args: int) -> datetime:
     """A UTC datetime, so the tests never read the real clock."""
     return datetime(*args, tzinfo=UTC)
-
-
-def fire_times(schedule: Schedule, now: datetime, count: int) -> list[datetime]:
-    """The first ``count`` fire times at or after ``now``, each advanced from the previous one."""
-    times: list[datetime] = []
-    previous: datetime | None = None
-    for _ in range(count):
-        previous = next_fire_time(schedule, previous, now)
-        assert previous is not None
-        times.append(previous)
-    return times
 
 
 # --- steps longer than their range -----------------------------------------------------------

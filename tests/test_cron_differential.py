@@ -26,7 +26,8 @@ from hypothesis import assume, given, seed, settings
 from hypothesis import strategies as st
 
 from ecron.errors import ScheduleError
-from ecron.schedules import Schedule, next_fire_time, parse_schedule
+from ecron.schedules import Schedule, parse_schedule
+from tests.support.schedules import fire_times
 
 ALL_ZONES = sorted(available_timezones())
 
@@ -121,17 +122,6 @@ _STARTS = st.integers(0, int((_END - _BEGIN) / timedelta(minutes=1))).map(
 
 
 # --- comparing -------------------------------------------------------------------------------
-
-
-def fire_times(schedule: Schedule, now: datetime, count: int) -> list[datetime]:
-    """The first ``count`` fire times at or after ``now``, each advanced from the previous one."""
-    times: list[datetime] = []
-    previous: datetime | None = None
-    for _ in range(count):
-        previous = next_fire_time(schedule, previous, now)
-        assert previous is not None
-        times.append(previous)
-    return times
 
 
 def _wall(instant: datetime, tz: ZoneInfo) -> datetime:

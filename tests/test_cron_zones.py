@@ -10,7 +10,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from ecron.schedules import Schedule, next_fire_time, parse_schedule
+from ecron.schedules import next_fire_time, parse_schedule
+from tests.support.schedules import fire_times
 
 HALF_HOUR = timedelta(minutes=30)
 
@@ -25,17 +26,6 @@ def at(text: str) -> datetime:
     when = datetime.fromisoformat(text)
     assert when.tzinfo is not None, text
     return when.astimezone(UTC)
-
-
-def fire_times(schedule: Schedule, now: datetime, count: int) -> list[datetime]:
-    """The first ``count`` fire times at or after ``now``, each advanced from the previous one."""
-    times: list[datetime] = []
-    previous: datetime | None = None
-    for _ in range(count):
-        previous = next_fire_time(schedule, previous, now)
-        assert previous is not None
-        times.append(previous)
-    return times
 
 
 def local(times: list[datetime], zone: str) -> list[str]:

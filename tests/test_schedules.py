@@ -22,6 +22,7 @@ from ecron.schedules import (
     next_fire_time,
     parse_schedule,
 )
+from tests.support.schedules import fire_times
 
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")
@@ -31,17 +32,6 @@ HOUR = timedelta(hours=1)
 def utc(*args: int) -> datetime:
     """A UTC datetime, so the tests never read the real clock."""
     return datetime(*args, tzinfo=UTC)
-
-
-def fire_times(schedule: Schedule, now: datetime, count: int) -> list[datetime]:
-    """The first ``count`` fire times at or after ``now``, each advanced from the previous one."""
-    times: list[datetime] = []
-    previous: datetime | None = None
-    for _ in range(count):
-        previous = next_fire_time(schedule, previous, now)
-        assert previous is not None
-        times.append(previous)
-    return times
 
 
 def fire_times_until(schedule: Schedule, now: datetime, end: datetime) -> list[datetime]:
