@@ -185,8 +185,9 @@ class Executor:
 
     @property
     def idle(self) -> bool:
-        """True when no trigger retry or cancel is under way in the background."""
-        return not self._background
+        """True when no worker is busy (a call, its recording and the book-keeping of an
+        end) and no trigger retry or cancel is under way in the background."""
+        return not self._busy and self._queue.empty() and not self._background
 
     def wake(self) -> None:
         """Look at the heaps now (the clock may have moved)."""
