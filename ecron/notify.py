@@ -18,9 +18,9 @@ from typing import Any
 import aiohttp
 import structlog
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
-from tenacity.wait import wait_exponential_jitter
 from yarl import URL
 
+from ecron.backoff import exponential
 from ecron.clock import iso
 from ecron.config.model import NotifySettings, TaskSpec, Webhook
 from ecron.errors import EcronError
@@ -112,11 +112,7 @@ class Notifier:
         policy = source.retry
         retrying = AsyncRetrying(
             stop=stop_after_attempt(policy.attempts),
-            wait=wait_exponential_jitter(
-                multiplier=policy.backoff.total_seconds(),
-                max=policy.max_backoff.total_seconds(),
-                jitter=policy.backoff.total_seconds(),
-            ),
+            wait=exponential(policy.backoff, policy.max_backoff, jitter=True),
             retry=retry_if_exception_type((DeliveryFailed, aiohttp.ClientError, TimeoutError)),
             reraise=True,
         )

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from ecron.backoff import delay_after, exponential
 from ecron.config.model import TaskSpec
 from ecron.core import (
     INTERRUPTED_REASONS,
@@ -223,9 +224,9 @@ def overlapping(execution: Execution, active: Sequence[Holder]) -> list[Holder]:
 
 def retry_delay(spec: TaskSpec, attempt: int) -> timedelta:
     """How long after a FAILED attempt ``attempt`` the next one starts: ``retry.backoff``
-    doubled per attempt, at most ``retry.max_backoff``."""
-    doubling = 1 << min(max(0, attempt - 1), 32)  # bounded: timedelta overflows otherwise
-    return min(spec.retry.backoff * doubling, spec.retry.max_backoff)
+    doubled per attempt, at most ``retry.max_backoff`` (no jitter: the time is planned)."""
+    wait = exponential(spec.retry.backoff, spec.retry.max_backoff, jitter=False)
+    return delay_after(wait, attempt)
 
 
 def resumable(execution: Execution) -> str | None:

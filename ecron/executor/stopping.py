@@ -8,15 +8,21 @@ cancel the execution is never polled again, and later reports change nothing.
 from __future__ import annotations
 
 import structlog
+from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_after_attempt
 
 from ecron.core import CancelSent, Execution, Status, Stopped
 from ecron.executor.calls import Calls
-from ecron.executor.http import HttpCaller
+from ecron.executor.http import CallOutcome, HttpCaller
 from ecron.executor.outcomes import ACKNOWLEDGED, CANCEL_RETRYABLE
 from ecron.executor.recorder import Recorder
 from ecron.logs import about
 
 log = structlog.get_logger(__name__)
+
+#: Cancel calls in all for one stop: a transport error gets one more try, at once (no
+#: backoff: the execution is ending either way, and a second cancel is never sent after
+#: an answer).
+CANCEL_ATTEMPTS = 2
 
 
 class Stopper:
@@ -62,17 +68,24 @@ class Stopper:
     async def send_cancel(self, execution: Execution) -> bool:
         """``DELETE {cancel_url}``, with one more try after a transport error; acknowledged?"""
         call, ctx = self.calls.call_of(execution)
-        outcome = await self.caller.cancel(call, ctx)
-        if outcome.kind in CANCEL_RETRYABLE:
+
+        def log_retry(state: RetryCallState) -> None:
             log.warning(
                 "cancel_retried",
                 task=execution.task,
                 execution_id=execution.eid,
-                attempt=1,
-                attempts_left=1,
-                detail=outcome.detail,
+                attempt=state.attempt_number,
+                attempts_left=CANCEL_ATTEMPTS - state.attempt_number,
+                detail=state.outcome.result().detail if state.outcome else None,
             )
-            outcome = await self.caller.cancel(call, ctx)
+
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(CANCEL_ATTEMPTS),
+            retry=retry_if_result(lambda outcome: outcome.kind in CANCEL_RETRYABLE),
+            retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
+            before_sleep=log_retry,
+        )
+        outcome: CallOutcome = await retrying(self.caller.cancel, call, ctx)
         acknowledged = outcome.kind in ACKNOWLEDGED
         log.info(
             "cancel_sent",

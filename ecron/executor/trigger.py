@@ -24,8 +24,9 @@ from typing import Any
 import structlog
 from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_after_attempt
 from tenacity.stop import stop_base
-from tenacity.wait import wait_base, wait_exponential_jitter
+from tenacity.wait import wait_base
 
+from ecron.backoff import exponential
 from ecron.clock import Clock
 from ecron.config.model import CallSettings, TriggerRetry
 from ecron.core import Execution, Status, Transition, current_step
@@ -49,10 +50,7 @@ class _Backoff(wait_base):
     """Exponential backoff with jitter, never shorter than the service's ``Retry-After``."""
 
     def __init__(self, policy: TriggerRetry) -> None:
-        backoff = policy.backoff.total_seconds()
-        self.exponential = wait_exponential_jitter(
-            multiplier=backoff, max=policy.max_backoff.total_seconds(), jitter=backoff
-        )
+        self.exponential = exponential(policy.backoff, policy.max_backoff, jitter=True)
 
     def __call__(self, retry_state: RetryCallState) -> float:
         wait = self.exponential(retry_state)

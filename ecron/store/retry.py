@@ -56,16 +56,16 @@ import asyncpg
 import sqlalchemy as sa
 import structlog
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
-from tenacity.wait import wait_exponential_jitter
+
+from ecron.backoff import exponential
 
 log = structlog.get_logger(__name__)
 
 #: Attempts of one transaction in all (the first included), and the backoff between them:
-#: 50 ms, 100 ms, 200 ms, 400 ms (each plus up to 50 ms of jitter), at most 2 s.
+#: 50 ms, 100 ms, 200 ms, 400 ms (each plus up to one backoff, 50 ms, of jitter), at most 2 s.
 ATTEMPTS = 5
 BACKOFF_INITIAL = 0.05
 BACKOFF_MAX = 2.0
-BACKOFF_JITTER = 0.05
 
 #: SQLSTATEs worth a new attempt: serialization failure, deadlock, cannot connect now.
 _SQLSTATES = frozenset({"40001", "40P01", "57P03"})
@@ -123,9 +123,7 @@ def _log_retry(state: RetryCallState) -> None:
 POLICY = AsyncRetrying(
     retry=retry_if_exception(transient),
     stop=stop_after_attempt(ATTEMPTS),
-    wait=wait_exponential_jitter(
-        multiplier=BACKOFF_INITIAL, max=BACKOFF_MAX, jitter=BACKOFF_JITTER, exp_base=2
-    ),
+    wait=exponential(BACKOFF_INITIAL, BACKOFF_MAX, jitter=True),
     before_sleep=_log_retry,
     reraise=True,
 )
