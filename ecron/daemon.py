@@ -136,11 +136,8 @@ class Daemon:
         """The one HTTP session for calls to user services and alert webhooks."""
         connector = aiohttp.TCPConnector(limit=max(100, self.settings.poll_workers * 2))
         # No cookies: calls to user services are independent of each other.
+        # (HttpCaller stops aiohttp from sending a GET or DELETE again by itself.)
         session = aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
-        # aiohttp silently sends a GET or DELETE again when the connection drops; ecron counts
-        # every call itself (one cancel retry, probe failures), so it must see each failure.
-        # There is no public switch: aiohttp's own test client sets the same attribute.
-        session._retry_connection = False
         self._stack.push_async_callback(session.close)
         return session
 

@@ -241,6 +241,7 @@ class HttpCaller:
                 headers=headers,
                 timeout=timeout,
                 allow_redirects=False,
+                middlewares=_EVERY_TRY_COUNTED,
             ) as response:
                 content, too_big = await _read_capped(response, self.body_limit)
                 return classify(response.status, content, too_big, response.headers, self.clock.now)
@@ -252,6 +253,29 @@ class HttpCaller:
             return CallOutcome(OutcomeKind.NO_ANSWER, detail=f"no answer within {seconds:g}s")
         except aiohttp.ClientError as exc:
             return CallOutcome(OutcomeKind.NO_ANSWER, detail=f"{type(exc).__name__}: {exc}")
+
+
+class CallDropped(aiohttp.ClientConnectionError):
+    """The connection dropped after the request went out (a reset, the server closing it):
+    no answer. Raised instead of aiohttp's own error so that aiohttp does not send a GET
+    or DELETE again by itself (it does for those two after such an error, RFC 9112 §9.3.1):
+    ecron counts every try itself (one more cancel, probe failures), so it must see each."""
+
+
+async def _every_try_counted(
+    request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+) -> aiohttp.ClientResponse:
+    """A client middleware (aiohttp's public hook, around each try): a dropped connection
+    ends the call instead of being retried inside aiohttp."""
+    try:
+        return await handler(request)
+    except aiohttp.ClientConnectorError:
+        raise  # nothing was sent (a subclass of ClientOSError, never retried by aiohttp)
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+        raise CallDropped(str(exc) or type(exc).__name__) from exc
+
+
+_EVERY_TRY_COUNTED = (_every_try_counted,)
 
 
 async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
