@@ -8,7 +8,7 @@ import os
 import secrets
 import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack, suppress
 from datetime import datetime
 from types import TracebackType
@@ -51,14 +51,53 @@ class Daemon:
     """One ecron node. ``async with Daemon(config) as daemon:`` runs it; leaving stops it."""
 
     def __init__(self, config: Config, *, clock: Clock | None = None) -> None:
+        """Build every part (no I/O yet: ``async with`` starts them). Call it inside a
+        running event loop: the HTTP session belongs to the loop."""
         self.config = config
-        self.settings = config.daemon
+        self.settings = settings = config.daemon
         self.clock = clock or Clock()
-        self.node_id = resolve_node_id(self.settings.node_id)
+        self.node_id = resolve_node_id(settings.node_id)
         self.specs: dict[str, TaskSpec] = dict(config.tasks)
+        self.metrics = metrics = Metrics()
+        hide(config_secrets(config))
+        self.store = SqlStore.open(
+            settings.database,
+            observe=lambda kind, seconds: metrics.db_duration.labels(operation=kind).observe(
+                seconds
+            ),
+        )
+        self.writer = StateWriter(self.store)
+        self.session = session = _session(settings.poll_workers)
+        #: The callback secret is the one thing read from the database, at start.
+        self.caller = HttpCaller(
+            session,
+            public_url=settings.public_url,
+            callback_secret="",
+            metrics=metrics,
+            clock=self.clock,
+        )
+        self.notifier = Notifier(settings.notify, self.specs, session, metrics, self.node_id)
+        self.parts = parts = Parts.build(
+            store=self.store,
+            writer=self.writer,
+            caller=self.caller,
+            clock=self.clock,
+            settings=settings,
+            node_id=self.node_id,
+            specs=self.specs,
+            metrics=metrics,
+            notifier=self.notifier,
+        )
+        self.executor, self.scheduler, self.patrol = parts.executor, parts.scheduler, parts.patrol
+        self.leases = parts.leases
         self._stack = AsyncExitStack()
         self._loops: list[asyncio.Task[None]] = []
+        self._started = False
         self.port: int | None = None
+
+    @property
+    def callback_secret(self) -> str:
+        return self.caller.callback_secret
 
     async def __aenter__(self) -> Daemon:
         try:
@@ -74,72 +113,43 @@ class Daemon:
         await self.stop()
 
     async def _start(self) -> None:
-        settings = self.settings
-        self.metrics = metrics = Metrics()
-        hide(config_secrets(self.config))
-        self.store = SqlStore.open(
-            settings.database,
-            observe=lambda kind, seconds: metrics.db_duration.labels(operation=kind).observe(
-                seconds
-            ),
-        )
+        """Open the database, take the tasks, serve the API, then run the loops.
+
+        The loops run in a TaskGroup on the daemon's exit stack: a loop that dies (each
+        catches the errors of its own rounds, so only a bug can end one) stops the node,
+        and ``async with`` raises its error, instead of a node running on half its parts.
+        """
+        self._stack.push_async_callback(self.session.close)
         self._stack.push_async_callback(self.store.close)
         before, after = await upgrade(self.store.engines)
         if before != after:
             log.info("database_migrated", before=before, after=after)
         await self._sync_tasks(self.clock.now())
-        secret = settings.secret or await self.store.shared_secret(secrets.token_hex(32))
-        self.callback_secret = secret
+        secret = self.settings.secret or await self.store.shared_secret(secrets.token_hex(32))
+        self.caller.callback_secret = secret
         hide([secret])
-        session = self._session()
-        self.writer = StateWriter(self.store)
-        caller = HttpCaller(
-            session,
-            public_url=settings.public_url,
-            callback_secret=secret,
-            metrics=metrics,
-            clock=self.clock,
-        )
-        self.notifier = Notifier(settings.notify, self.specs, session, metrics, self.node_id)
-        self.parts = parts = Parts.build(
-            store=self.store,
-            writer=self.writer,
-            caller=caller,
-            clock=self.clock,
-            settings=settings,
-            node_id=self.node_id,
-            specs=self.specs,
-            metrics=metrics,
-            notifier=self.notifier,
-        )
-        self.executor, self.scheduler, self.patrol = parts.executor, parts.scheduler, parts.patrol
-        self.leases = parts.leases
         await self.leases.register()
         await self._serve_api()
+        group = await self._stack.enter_async_context(asyncio.TaskGroup())
+        loops = {
+            "ecron-executor": self.executor.run,
+            "ecron-scheduler": self.scheduler.run,
+            "ecron-keep-alive": self.leases.run,
+            "ecron-patrol": self.patrol.run,
+            "ecron-notifier": self.notifier.run,
+        }
         self._loops = [
-            asyncio.create_task(self.executor.run(), name="ecron-executor"),
-            asyncio.create_task(self.scheduler.run(), name="ecron-scheduler"),
-            asyncio.create_task(self.leases.run(), name="ecron-keep-alive"),
-            asyncio.create_task(self.patrol.run(), name="ecron-patrol"),
-            asyncio.create_task(self.notifier.run(), name="ecron-notifier"),
+            group.create_task(_watched(name, run), name=name) for name, run in loops.items()
         ]
+        self._started = True
         log.info(
             "daemon_started",
             node=self.node_id,
-            listen=settings.listen,
+            listen=self.settings.listen,
             port=self.port,
             tasks=len(self.specs),
             loop=loop_name(),
         )
-
-    def _session(self) -> aiohttp.ClientSession:
-        """The one HTTP session for calls to user services and alert webhooks."""
-        connector = aiohttp.TCPConnector(limit=max(100, self.settings.poll_workers * 2))
-        # No cookies: calls to user services are independent of each other.
-        # (HttpCaller stops aiohttp from sending a GET or DELETE again by itself.)
-        session = aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
-        self._stack.push_async_callback(session.close)
-        return session
 
     async def _serve_api(self) -> None:
         scheduler = self.scheduler
@@ -159,9 +169,8 @@ class Daemon:
         host, port = self.settings.host_port
         site = web.TCPSite(runner, host, port)
         await site.start()
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1] if sockets else port
+        addresses = runner.addresses  # the bound sockets' names: the port when 0 was asked
+        self.port = int(addresses[0][1]) if addresses else port
 
     async def _sync_tasks(self, now: datetime) -> None:
         async with cluster_lock(self.store.engines, "sync"):
@@ -190,7 +199,7 @@ class Daemon:
         by cancellation could leave a SQLite connection holding the write lock); only a loop
         that does not end in time is cancelled.
         """
-        if hasattr(self, "parts"):
+        if self._started:
             self.scheduler.stop()
             self.patrol.stop()
             await self._end({"ecron-scheduler", "ecron-patrol"}, SHUTDOWN_GRACE)
@@ -202,7 +211,8 @@ class Daemon:
             await self._end({"ecron-keep-alive"}, SHUTDOWN_GRACE)
         await self._end({loop.get_name() for loop in self._loops}, 0)
         self._loops = []
-        if hasattr(self, "executor"):
+        if self._started:
+            self._started = False
             released = 0
             with suppress(Exception):
                 released = await self.leases.release_all()
@@ -217,9 +227,25 @@ class Daemon:
             await asyncio.wait(loops, timeout=timeout)
         for loop in loops:
             loop.cancel()
-        for loop in loops:
-            with suppress(asyncio.CancelledError):
-                await loop
+        if loops:  # their errors, if any, are the TaskGroup's to raise (at the stack's close)
+            await asyncio.wait(loops)
+
+
+def _session(poll_workers: int) -> aiohttp.ClientSession:
+    """The one HTTP session for calls to user services and alert webhooks."""
+    connector = aiohttp.TCPConnector(limit=max(100, poll_workers * 2))
+    # No cookies: calls to user services are independent of each other. (HttpCaller stops
+    # aiohttp from sending a GET or DELETE again by itself.)
+    return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
+
+
+async def _watched(name: str, run: Callable[[], Awaitable[None]]) -> None:
+    """Run one loop; its death is logged before it stops the node."""
+    try:
+        await run()
+    except Exception:
+        log.exception("daemon_loop_died", loop=name)
+        raise
 
 
 def settle_memory() -> None:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp import web
 
+from ecron.config.model import Config, DaemonSettings
 from ecron.core import Status
 from ecron.daemon import Daemon
 from tests.conftest import DaemonFactory, task
@@ -361,3 +364,30 @@ async def test_odd_requests_get_clear_answers_not_errors(
         _, before = await api(daemon, "GET", "/api/v1/tasks/h", headers=auth)
         status, after = await api(daemon, "POST", "/api/v1/tasks/h/unpause", headers=auth)
     assert status == 200 and after["next_fire_at"] == before["next_fire_at"]
+
+
+async def test_a_loop_that_dies_stops_the_node_with_its_error(
+    database_url: str, tmp_path: Path
+) -> None:
+    """The parts exist before the daemon starts; when one loop dies of an error its rounds
+    do not catch, the others are stopped, ``async with`` raises that error and no ecron
+    task is left running."""
+    config = Config(
+        directory=str(tmp_path),
+        daemon=DaemonSettings.model_validate({"database": database_url, "listen": "127.0.0.1:0"}),
+        tasks={},
+    )
+    daemon = Daemon(config)
+    died = asyncio.Event()
+
+    async def broken_patrol() -> None:
+        died.set()
+        raise RuntimeError("patrol bug")
+
+    daemon.patrol.run = broken_patrol  # type: ignore[method-assign]
+    with pytest.raises(BaseExceptionGroup) as raised:
+        async with daemon:
+            await asyncio.wait_for(asyncio.Event().wait(), timeout=30)  # ended by the death
+    assert died.is_set()
+    assert raised.group_contains(RuntimeError, match="patrol bug")
+    assert ecron_tasks() == 0

@@ -141,7 +141,7 @@ async def _demo(
         stack.push_async_callback(runner.cleanup)
         site = web.TCPSite(runner, "127.0.0.1", service_port)
         await site.start()
-        bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        bound = runner.addresses[0][1]
         service_url = f"http://127.0.0.1:{bound}"
         config = demo_config(where, port, service_url, every, duration)
         daemon = await stack.enter_async_context(Daemon(config))
