@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import textwrap
 from datetime import timedelta
 from typing import Any
 
@@ -12,7 +13,6 @@ import click
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
-from rich.padding import Padding
 from rich.text import Text
 
 from ecron.cli.group import cli
@@ -84,6 +84,7 @@ def call_settings(url: str, **keys: Any) -> CallSettings:
 @click.option(
     "--secret",
     envvar="ECRON_CHECK_SECRET",
+    metavar="SECRET",
     default=None,
     help="Sign the calls as a task with this secret would (or $ECRON_CHECK_SECRET).",
 )
@@ -92,23 +93,50 @@ def call_settings(url: str, **keys: Any) -> CallSettings:
     "--header",
     "headers",
     multiple=True,
+    metavar="'NAME: VALUE'",
     callback=_headers,
     help="A header of the task, 'Name: value' (repeatable).",
 )
 @click.option(
-    "--body", default=None, callback=_body, help="The trigger's body as JSON (default {})."
+    "--body",
+    default=None,
+    metavar="JSON",
+    callback=_body,
+    help="The trigger's body as JSON (default {}).",
 )
-@click.option("--poll-url", default=None, help="The task's poll_url template, if it has one.")
-@click.option("--cancel-url", default=None, help="The task's cancel_url template, if it has one.")
-@click.option("--task", default="check-service", show_default=True, help="X-Ecron-Task to send.")
 @click.option(
-    "--timeout", default="10s", show_default=True, callback=_duration, help="Limit of one call."
+    "--poll-url",
+    default=None,
+    metavar="TEMPLATE",
+    help="The task's poll_url template, if it has one.",
+)
+@click.option(
+    "--cancel-url",
+    default=None,
+    metavar="TEMPLATE",
+    help="The task's cancel_url template, if it has one.",
+)
+@click.option(
+    "--task",
+    default="check-service",
+    metavar="NAME",
+    show_default=True,
+    help="X-Ecron-Task to send.",
+)
+@click.option(
+    "--timeout",
+    default="10s",
+    show_default=True,
+    callback=_duration,
+    metavar="DURATION",
+    help="Limit of one call.",
 )
 @click.option(
     "--watch",
     default="3s",
     show_default=True,
     callback=_duration,
+    metavar="DURATION",
     help="How long to watch the execution move, before the repeat and after the cancel.",
 )
 @click.option(
@@ -116,6 +144,7 @@ def call_settings(url: str, **keys: Any) -> CallSettings:
     default="250ms",
     show_default=True,
     callback=_duration,
+    metavar="DURATION",
     help="Time between two polls while watching.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the checklist as JSON.")
@@ -169,13 +198,26 @@ def print_checklist(checklist: Checklist, console: Console) -> None:
         soft_wrap=True,
     )
     checks = checklist.ordered()
+    width = max(40, console.width)
     for check in checks:
         style = _STYLES[check.verdict]
         console.print(f"[{style}]{check.verdict.value.upper()}[/] [bold]{check.rule}[/]")
-        seen = Text(check.detail, style="dim" if check.verdict is Verdict.PASS else "")
-        console.print(Padding(Text(check.says), (0, 0, 0, 5), expand=False))
-        console.print(Padding(seen, (0, 0, 0, 5), expand=False))
+        console.print(Text(_indented(check.says, width)))
+        seen_style = "dim" if check.verdict is Verdict.PASS else ""
+        console.print(Text(_indented(check.detail, width), style=seen_style))
     counts = {v: sum(c.verdict is v for c in checks) for v in Verdict}
     said = ", ".join(f"{counts[v]} {word}" for v, word in _WORDS.items() if counts[v])
     verdict = "follows" if checklist.passed else "does not follow"
     console.print(f"\n{len(checks)} rules: {said}: the service {verdict} the protocol")
+
+
+def _indented(text: str, width: int) -> str:
+    """``text`` wrapped to ``width`` under a five-space indent."""
+    return textwrap.fill(
+        text,
+        width,
+        initial_indent="     ",
+        subsequent_indent="     ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    )

@@ -317,7 +317,8 @@ class ServiceCheck:
             why = "a failed probe of kind protocol error"
         else:
             why = "a failed probe (after max_probe_failures in a row: FAILED unreachable)"
-        self.checklist.note(rule, Verdict.FAIL, f"{seen(outcome)}: {why}")
+        detail = f"{seen(outcome)}: {why}{self._signing_hint(outcome)}"
+        self.checklist.note(rule, Verdict.FAIL, detail)
         return None
 
     def _repeat(self, outcome: CallOutcome) -> bool:
@@ -335,7 +336,8 @@ class ServiceCheck:
             "execution FAILED rejected",
             OutcomeKind.BAD_REPORT: "ecron would end the execution FAILED protocol_error",
         }.get(outcome.kind, "ecron would retry the trigger, then end it FAILED")
-        self.checklist.note("repeat-trigger", Verdict.FAIL, f"{seen(outcome)}: {why}")
+        detail = f"{seen(outcome)}: {why}{self._signing_hint(outcome)}"
+        self.checklist.note("repeat-trigger", Verdict.FAIL, detail)
         return False
 
     async def _send_cancel(self) -> CallOutcome:
@@ -406,7 +408,7 @@ class ServiceCheck:
             note(rule, Verdict.WARN, f"{seen(outcome)}: acknowledged, but 404 is what is asked")
         else:
             why = "only 404 or UNKNOWN tells ecron that the work never started"
-            note(rule, Verdict.FAIL, f"{seen(outcome)}: {why}")
+            note(rule, Verdict.FAIL, f"{seen(outcome)}: {why}{self._signing_hint(outcome)}")
 
 
 def _report_warnings(report: Report) -> tuple[Verdict, str]:
