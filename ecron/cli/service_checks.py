@@ -105,8 +105,8 @@ class Checklist:
         return [self.checks.get(rule, _replace_rule(skipped, rule)) for rule in RULES]
 
     def note(self, rule: str, verdict: Verdict, detail: str) -> None:
-        """Record a verdict on ``rule``: it replaces an earlier one as bad or better, so that a
-        rule seeing several answers keeps the worst (and, of equals, the latest)."""
+        """Record a verdict on ``rule``: it replaces an earlier one unless that was worse, so
+        that a rule seeing several answers keeps the worst (and, of equals, the latest)."""
         known = self.checks.get(rule)
         if known is None or _RANK[verdict] >= _RANK[known.verdict]:
             self.checks[rule] = Check(rule, verdict, detail)
