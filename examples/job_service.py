@@ -217,9 +217,13 @@ def signature_middleware(secret: str) -> Middleware:
     return check_signature
 
 
-def make_app(secret: str | None = None, default_duration: float = 8.0) -> web.Application:
-    """The service as an aiohttp application; requests must be signed when ``secret`` is set."""
-    service = JobService(default_duration)
+def make_app(
+    secret: str | None = None, default_duration: float = 8.0, service: JobService | None = None
+) -> web.Application:
+    """The service as an aiohttp application; requests must be signed when ``secret`` is set.
+    ``service`` holds the jobs (default: a new ``JobService``); pass your own to look at them."""
+    if service is None:
+        service = JobService(default_duration)
     app = web.Application(middlewares=[signature_middleware(secret)] if secret else [])
     app.add_routes(
         [
