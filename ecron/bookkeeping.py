@@ -26,6 +26,7 @@ from ecron.planning import (
     auto_resume_spent,
     outcome_of,
     pause_reason,
+    pauses,
     plan_retry,
     resumes_automatically,
     start_time,
@@ -35,6 +36,10 @@ from ecron.snapshots import execution_snapshot
 from ecron.store.base import Store, TaskState
 
 log = structlog.get_logger(__name__)
+
+#: Reads and compare-and-sets of a task row to pause it, at most, when other writes keep
+#: coming first (each of them changes the row, so this is decided again on fresh state).
+PAUSE_ATTEMPTS = 5
 
 #: Successes are recorded on their tasks at most this much later, many at once.
 SUCCESS_LINGER = timedelta(milliseconds=50)
@@ -161,13 +166,9 @@ class Bookkeeping:
         """Record the end on the task row, pausing it after N final failures in a row."""
         assert execution.finished_at is not None
         state = await self.store.task_finished(
-            execution.task,
-            execution.finished_at,
-            outcome,
-            following,
-            pause_after=spec.pause_after_failures,
-            pause_reason=pause_reason(spec, execution),
+            execution.task, execution.finished_at, outcome, following
         )
+        state = await self._pause_if_due(execution, spec, outcome, state)
         if state is not None and state.paused and not was_paused:
             log.warning("task_paused", task=state.name, reason=state.paused_reason)
             self.alert(
@@ -176,6 +177,24 @@ class Bookkeeping:
                 reason=state.paused_reason,
                 execution=execution_snapshot(execution),
             )
+
+    async def _pause_if_due(
+        self, execution: Execution, spec: TaskSpec, outcome: bool | None, state: TaskState | None
+    ) -> TaskState | None:
+        """Pause the task when this end makes ``pause_after_failures`` in a row; the write is
+        a compare-and-set on the row just read, decided again on a fresh read when another
+        write (an end elsewhere, a person's unpause) came first."""
+        for _ in range(PAUSE_ATTEMPTS):
+            if state is None or not pauses(spec, state, outcome):
+                return state
+            reason = pause_reason(spec, execution)
+            written = await self.store.set_paused(
+                state.name, True, reason, None, version=state.version
+            )
+            if written is not None:
+                return written
+            state = await self.store.get_task(state.name)
+        return state
 
     def chain_exhausted(self, execution: Execution, why: str) -> None:
         """An interrupted execution will not be resumed any more: say so, and alert."""

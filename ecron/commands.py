@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from ecron.bookkeeping import Bookkeeping
+from ecron.bookkeeping import PAUSE_ATTEMPTS, Bookkeeping
 from ecron.clock import Clock
 from ecron.config.model import TaskSpec
 from ecron.core import Execution, Report, Status, Transition, TriggerKind
@@ -212,16 +212,22 @@ class Commands:
         spec = self.specs.get(name)
         if spec is None:
             raise NotFound(f"no task {name!r} in this node's config")
-        now = self.clock.now()
-        current = await self.store.get_task(name)
-        if current is not None and not paused and not current.paused:
-            return current  # not paused: unpausing changes nothing (no restart of the schedule)
-        following = None
-        if not paused and spec.enabled:
-            following = next_fire_time(spec.fire_schedule, None, now)
-        state = await self.store.set_paused(name, paused, reason, following)
-        if state is None:
-            raise NotFound(f"no task {name!r}")
+        for _ in range(PAUSE_ATTEMPTS):
+            current = await self.store.get_task(name)
+            if current is None:
+                raise NotFound(f"no task {name!r}")
+            if not paused and not current.paused:
+                return current  # not paused: unpausing changes nothing (no schedule restart)
+            following = None
+            if not paused and spec.enabled:
+                following = next_fire_time(spec.fire_schedule, None, self.clock.now())
+            state = await self.store.set_paused(
+                name, paused, reason, following, version=current.version
+            )
+            if state is not None:
+                break
+        else:
+            raise Conflict(f"task {name!r} kept changing; try again")
         log.info("task_paused" if paused else "task_unpaused", task=name, reason=reason)
         self.wake()
         return state

@@ -27,6 +27,7 @@ from ecron.loop import loop_name
 from ecron.metrics import Metrics
 from ecron.notify import Notifier
 from ecron.parts import Parts
+from ecron.planning import FirstFireTimes
 from ecron.store.engine import cluster_lock
 from ecron.store.migrate import upgrade
 from ecron.store.sql import SqlStore
@@ -174,7 +175,7 @@ class Daemon:
 
     async def _sync_tasks(self, now: datetime) -> None:
         async with cluster_lock(self.store.engines, "sync"):
-            result = await self.store.sync_tasks(self.specs, now)
+            result = await self.store.sync_tasks(self.specs, FirstFireTimes(now))
         if result.added or result.updated or result.retired:
             log.info(
                 "tasks_synced", added=result.added, updated=result.updated, retired=result.retired

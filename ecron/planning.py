@@ -25,13 +25,14 @@ from ecron.core import (
 )
 from ecron.ids import new_eid, remote_id
 from ecron.schedules import (
+    Schedule,
     ScheduleKind,
     jitter_offset,
     latest_fire_times,
     missed_fire_times,
     next_fire_time,
 )
-from ecron.store.base import FirePlan, Gate, Holder
+from ecron.store.base import FirePlan, Gate, Holder, TaskState
 
 #: At most this many fire times of one task are run in one claim (``run_all`` catches up in
 #: steps of this size).
@@ -55,6 +56,23 @@ class Claim:
     grace: timedelta = timedelta(seconds=1)
     lease_ttl: timedelta = timedelta(seconds=15)
     new_id: Callable[[], str] = field(default=new_eid)
+
+
+class FirstFireTimes:
+    """Each task's first fire time from ``now``, for a sync of the task table; worked out
+    once per schedule (tasks that write a schedule the same way share one ``Schedule``),
+    and only for the tasks the sync asks about (new ones, and those whose spec changed)."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+        self._found: dict[int, tuple[Schedule, datetime | None]] = {}
+
+    def of(self, spec: TaskSpec) -> datetime | None:
+        schedule = spec.fire_schedule
+        found = self._found.get(id(schedule))
+        if found is None or found[0] is not schedule:
+            found = self._found[id(schedule)] = (schedule, next_fire_time(schedule, None, self.now))
+        return found[1]
 
 
 def plan_fires(name: str, spec: TaskSpec, next_fire_at: datetime, claim: Claim) -> FirePlan:
@@ -339,6 +357,18 @@ def outcome_of(execution: Execution, retried: bool, resumed: bool = False) -> bo
     if execution.status is Status.FAILED and not (retried or resumed):
         return False
     return None
+
+
+def pauses(spec: TaskSpec, state: TaskState, succeeded: bool | None) -> bool:
+    """Whether the end just recorded on ``state`` pauses the task: a final failure that
+    makes ``pause_after_failures`` (> 0) in a row, on a task not paused already."""
+    limit = spec.pause_after_failures
+    return (
+        succeeded is False
+        and limit > 0
+        and state.consecutive_failures >= limit
+        and not state.paused
+    )
 
 
 def pause_reason(spec: TaskSpec, execution: Execution) -> str:

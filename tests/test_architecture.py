@@ -44,7 +44,8 @@ ALLOWED: dict[str, set[str] | None] = {
 
 #: Per part, the parts it must not import.
 FORBIDDEN: dict[str, set[str]] = {
-    "store": LOOPS | {"api", "commands", "cli"},
+    # The store keeps rows; fire times and pause rules are decided above it (planning).
+    "store": LOOPS | {"api", "commands", "cli", "schedules", "cron", "planning"},
     "api": LOOPS | {"cli"},
     "executor": {"scheduler", "patrol", "parts", "daemon", "api", "commands", "cli"},
     "commands": {"scheduler", "patrol", "parts", "daemon", "api", "cli"},

@@ -10,7 +10,7 @@ import pytest
 
 from ecron.core import Execution, Status, Step, TriggerKind
 from ecron.ids import new_eid
-from ecron.planning import Claim, plan_fires
+from ecron.planning import Claim, FirstFireTimes, plan_fires
 from ecron.store.base import DueTask, FirePlan, Gate, Holder, Planner
 from ecron.store.migrate import HEAD, current_revision, head_revision, upgrade
 from ecron.store.sql import SqlStore
@@ -73,17 +73,17 @@ async def test_sync_adds_new_tasks_keeps_unchanged_ones_and_retires_missing_ones
     """The task table follows the config; retired tasks keep their row."""
     a = task("a", URL, schedule={"every": "10s"})
     b = task("b", URL, schedule="0 3 * * *")
-    first = await store.sync_tasks({"a": a, "b": b}, T0)
+    first = await store.sync_tasks({"a": a, "b": b}, FirstFireTimes(T0))
     assert (first.added, first.updated, first.retired) == (["a", "b"], [], [])
-    again = await store.sync_tasks({"a": a, "b": b}, T0 + timedelta(minutes=1))
+    again = await store.sync_tasks({"a": a, "b": b}, FirstFireTimes(T0 + timedelta(minutes=1)))
     assert (again.added, again.updated, again.retired) == ([], [], [])
-    gone = await store.sync_tasks({"a": a}, T0)
+    gone = await store.sync_tasks({"a": a}, FirstFireTimes(T0))
     assert gone.retired == ["b"]
     retired = await store.get_task("b")
     assert retired is not None and retired.retired and retired.next_fire_at is None
     assert [t.name for t in await store.list_tasks()] == ["a"]
     assert [t.name for t in await store.list_tasks(include_retired=True)] == ["a", "b"]
-    back = await store.sync_tasks({"a": a, "b": b}, T0)
+    back = await store.sync_tasks({"a": a, "b": b}, FirstFireTimes(T0))
     assert back.updated == ["b"]
     revived = await store.get_task("b")
     assert revived is not None and not revived.retired
@@ -95,17 +95,17 @@ async def test_a_new_task_starts_at_its_first_fire_time_and_a_changed_schedule_r
 ) -> None:
     """next_fire_at comes from the schedule; changing other keys keeps it."""
     await store.sync_tasks(
-        {"a": task("a", URL, schedule={"every": "10m"})}, T0 + timedelta(seconds=1)
+        {"a": task("a", URL, schedule={"every": "10m"})}, FirstFireTimes(T0 + timedelta(seconds=1))
     )
     stored = await store.get_task("a")
     assert stored is not None and stored.next_fire_at == T0 + timedelta(minutes=10)
     later = T0 + timedelta(minutes=3)
     await store.sync_tasks(
-        {"a": task("a", URL, schedule={"every": "10m"}, poll_interval="2s")}, later
+        {"a": task("a", URL, schedule={"every": "10m"}, poll_interval="2s")}, FirstFireTimes(later)
     )
     kept = await store.get_task("a")
     assert kept is not None and kept.next_fire_at == T0 + timedelta(minutes=10)
-    await store.sync_tasks({"a": task("a", URL, schedule={"every": "1m"})}, later)
+    await store.sync_tasks({"a": task("a", URL, schedule={"every": "1m"})}, FirstFireTimes(later))
     moved = await store.get_task("a")
     assert moved is not None and moved.next_fire_at == T0 + timedelta(minutes=3)
 
@@ -113,7 +113,7 @@ async def test_a_new_task_starts_at_its_first_fire_time_and_a_changed_schedule_r
 async def test_header_values_and_secrets_are_not_stored_in_the_task_row(store: SqlStore) -> None:
     """The stored spec shows header names but never their values or the signing secret."""
     spec = task("a", URL, headers={"Authorization": "Bearer hunter2"}, secret="s3cret")
-    await store.sync_tasks({"a": spec}, T0)
+    await store.sync_tasks({"a": spec}, FirstFireTimes(T0))
     stored = await store.get_task("a")
     assert stored is not None
     assert stored.spec.headers == {"Authorization": "***"}
@@ -126,7 +126,7 @@ async def test_a_due_fire_time_is_claimed_once_and_the_task_moves_to_its_next_fi
     """Claiming inserts a SCHEDULED execution, held until its start plus the claim's grace,
     and advances next_fire_at in the same transaction."""
     specs = {"a": task("a", URL, schedule={"every": "10s"})}
-    await store.sync_tasks(specs, T0)
+    await store.sync_tasks(specs, FirstFireTimes(T0))
     claimed = await store.claim_due_fires(T0, 10, planner(claim_at(T0), specs))
     assert [(e.task, e.scheduled_at, e.status) for e in claimed.executions] == [
         ("a", T0, Status.SCHEDULED)
@@ -143,7 +143,7 @@ async def test_a_due_fire_time_is_claimed_once_and_the_task_moves_to_its_next_fi
 
 async def test_a_claim_leaves_alone_the_tasks_its_planner_does_not_know(store: SqlStore) -> None:
     """A planner answering None (another config's task) neither advances nor inserts."""
-    await store.sync_tasks({"a": task("a", URL, schedule={"every": "10s"})}, T0)
+    await store.sync_tasks({"a": task("a", URL, schedule={"every": "10s"})}, FirstFireTimes(T0))
     claimed = await store.claim_due_fires(T0, 10, lambda _due: None)
     assert (claimed.executions, claimed.read, claimed.advanced) == ([], 1, 0)
     stored = await store.get_task("a")
@@ -153,7 +153,7 @@ async def test_a_claim_leaves_alone_the_tasks_its_planner_does_not_know(store: S
 async def test_one_claim_takes_many_tasks_in_one_transaction(store: SqlStore) -> None:
     """300 due tasks, a limit of 250: 250 are claimed by the first claim, the rest by the next."""
     specs = {f"t{i:03}": task(f"t{i:03}", URL, schedule={"every": "1s"}) for i in range(300)}
-    await store.sync_tasks(specs, T0)
+    await store.sync_tasks(specs, FirstFireTimes(T0))
     first = await store.claim_due_fires(T0, 250, planner(claim_at(T0), specs))
     second = await store.claim_due_fires(T0, 250, planner(claim_at(T0), specs))
     assert (len(first.executions), len(second.executions)) == (250, 50)
@@ -165,7 +165,7 @@ async def test_two_stores_claiming_the_same_fire_times_at_once_never_both_get_on
 ) -> None:
     """Two nodes racing over 20 tasks: every fire time is claimed exactly once."""
     specs = {f"t{i}": task(f"t{i}", URL, schedule={"every": "1s"}) for i in range(20)}
-    await store.sync_tasks(specs, T0)
+    await store.sync_tasks(specs, FirstFireTimes(T0))
     other = SqlStore.open(database_url)
     try:
 
@@ -197,7 +197,7 @@ async def test_a_plan_whose_fire_time_already_has_an_execution_inserts_nothing_m
     store: SqlStore,
 ) -> None:
     """Claims rely on the unique key as the last guard against doubles."""
-    await store.sync_tasks({"a": task("a", URL, schedule={"every": "10s"})}, T0)
+    await store.sync_tasks({"a": task("a", URL, schedule={"every": "10s"})}, FirstFireTimes(T0))
     assert await store.create_execution(execution("a", T0)) is not None
 
     def plan(_due: DueTask) -> FirePlan:
@@ -410,8 +410,10 @@ async def test_starting_reads_each_tasks_gate_and_writes_every_decision(store: S
     """start_executions hands the decider each task's pause, retirement, active executions
     and (when asked) fire times claimed for later, then writes what it decided."""
     specs = {name: task(name, URL, schedule={"every": "1s"}) for name in ("a", "b")}
-    await store.sync_tasks(specs, T0)
-    await store.set_paused("b", True, "held for a release", None)
+    await store.sync_tasks(specs, FirstFireTimes(T0))
+    b = await store.get_task("b")
+    assert b is not None
+    await store.set_paused("b", True, "held for a release", None, version=b.version)
     running = await store.create_execution(execution("a", T0 - timedelta(minutes=1)))
     first = await store.create_execution(execution("a", T0, status=Status.SCHEDULED))
     second = await store.create_execution(execution("b", T0, status=Status.SCHEDULED))
@@ -440,7 +442,7 @@ async def test_starting_reads_each_tasks_gate_and_writes_every_decision(store: S
 
 async def test_a_run_is_created_unless_its_task_has_an_active_one(store: SqlStore) -> None:
     """create_unless_active inserts, or answers the oldest active execution instead."""
-    await store.sync_tasks({"a": task("a", URL)}, T0)
+    await store.sync_tasks({"a": task("a", URL)}, FirstFireTimes(T0))
     first = await store.create_unless_active(execution("a", T0))
     assert isinstance(first, Execution)
     second = await store.create_unless_active(execution("a", T0 + timedelta(seconds=1)))
@@ -452,7 +454,7 @@ async def test_task_outcomes_count_failures_in_a_row_and_a_success_resets_them(
     store: SqlStore,
 ) -> None:
     """task_finished keeps consecutive_failures and can set the next fire time."""
-    await store.sync_tasks({"a": task("a", URL, schedule={"after": "1m"})}, T0)
+    await store.sync_tasks({"a": task("a", URL, schedule={"after": "1m"})}, FirstFireTimes(T0))
     await store.task_finished("a", T0, False, None)
     await store.task_finished("a", T0, False, T0 + timedelta(minutes=1))
     stored = await store.get_task("a")
@@ -464,10 +466,31 @@ async def test_task_outcomes_count_failures_in_a_row_and_a_success_resets_them(
     assert reset is not None and reset.consecutive_failures == 0 and reset.last_end_at == T0
 
 
+async def test_pausing_is_a_compare_and_set_on_the_version_it_was_decided_from(
+    store: SqlStore,
+) -> None:
+    """set_paused writes only on the version read: after another write (here a failure
+    counted) it writes nothing and says so; on the fresh version it writes, and unpausing
+    resets the count and restarts the schedule."""
+    await store.sync_tasks({"a": task("a", URL, schedule={"every": "1m"})}, FirstFireTimes(T0))
+    read = await store.get_task("a")
+    assert read is not None
+    counted = await store.task_finished("a", T0, False, None)
+    assert counted is not None and counted.version == read.version + 1
+    assert await store.set_paused("a", True, "stale", None, version=read.version) is None
+    paused = await store.set_paused("a", True, "fresh", None, version=counted.version)
+    assert paused is not None and (paused.paused, paused.paused_reason) == (True, "fresh")
+    assert paused.consecutive_failures == 1
+    later = T0 + timedelta(minutes=5)
+    back = await store.set_paused("a", False, None, later, version=paused.version)
+    assert back is not None
+    assert (back.paused, back.consecutive_failures, back.next_fire_at) == (False, 0, later)
+
+
 async def test_successes_of_many_tasks_are_recorded_in_one_call(store: SqlStore) -> None:
     """tasks_succeeded resets each task's count of failures and records when it ended."""
     specs = {name: task(name, URL, schedule={"every": "1s"}) for name in ("a", "b", "c")}
-    await store.sync_tasks(specs, T0)
+    await store.sync_tasks(specs, FirstFireTimes(T0))
     for name in ("a", "b"):
         await store.task_finished(name, T0, False, None)
     ends = {"a": T0 + timedelta(seconds=1), "b": T0 + timedelta(seconds=2)}

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from structlog.testing import capture_logs
 
 from ecron.core import Execution, Status, Step
+from ecron.planning import FirstFireTimes
 from ecron.store.base import Gate
 from ecron.store.engine import Engines
 from ecron.store.retry import ATTEMPTS, transient
@@ -81,7 +82,7 @@ async def test_a_postgresql_connection_dropped_mid_transaction_runs_the_whole_cl
             killed.append(adapted.run_async(lambda c: _terminate(c, postgres_server.admin_dsn)))
 
     specs = {"a": task("a", URL, schedule={"every": "10s"})}
-    await store.sync_tasks(specs, T0)
+    await store.sync_tasks(specs, FirstFireTimes(T0))
     with capture_logs() as logs, statements(store.engines.writer, kill_before_insert):
         claimed = await store.claim_due_fires(T0, 10, planner(claim_at(T0), specs))
     assert killed, "the connection was never terminated"
@@ -233,7 +234,7 @@ async def test_writes_whose_commit_answer_was_lost_are_not_done_twice(lossy: Any
     compare-and-set write is not a lost race, an end is not counted twice, a resume given
     up is this caller's."""
     store, lost = lossy
-    await store.sync_tasks({"a": task("a", URL)}, T0)
+    await store.sync_tasks({"a": task("a", URL)}, FirstFireTimes(T0))
     with capture_logs() as logs:
         lost.armed = True
         wanted = execution()
@@ -265,7 +266,7 @@ async def test_a_start_whose_commit_answer_was_lost_is_not_taken_for_an_overlap(
     execution active; it decides as the first attempt did, and the start is reported
     done (not refused, not skipped). A run made unless active is the one it made."""
     store, lost = lossy
-    await store.sync_tasks({"a": task("a", URL), "b": task("b", URL)}, T0)
+    await store.sync_tasks({"a": task("a", URL), "b": task("b", URL)}, FirstFireTimes(T0))
     scheduled = await store.create_execution(execution("a", T0, status=Status.SCHEDULED))
     assert scheduled is not None
     calls: list[tuple[str, ...]] = []
@@ -333,7 +334,7 @@ async def test_two_nodes_syncing_the_same_new_tasks_at_once_both_succeed(
     specs = {f"t{i:02}": task(f"t{i:02}", URL, schedule={"every": "1s"}) for i in range(50)}
     try:
         first, second = await asyncio.gather(
-            store.sync_tasks(specs, T0), other.sync_tasks(specs, T0)
+            store.sync_tasks(specs, FirstFireTimes(T0)), other.sync_tasks(specs, FirstFireTimes(T0))
         )
     finally:
         await other.close()

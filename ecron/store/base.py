@@ -11,7 +11,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ecron.core import Execution, Status, TriggerKind
 
@@ -110,6 +110,17 @@ Decider = Callable[[Mapping[str, Gate]], Sequence[tuple[Execution, Execution]]]
 Written = tuple[Execution, Execution, Execution | None]
 
 
+class FirstFires(Protocol):
+    """The fire-time math a sync needs, worked out outside the store
+    (``planning.FirstFireTimes``): each task's first fire time from ``now``."""
+
+    now: datetime
+
+    def of(self, spec: TaskSpec) -> datetime | None:
+        """The first fire time of ``spec`` at or after ``now``; None when it never fires."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class SyncResult:
     """How the task table followed the loaded config."""
@@ -146,9 +157,10 @@ class Store(abc.ABC):
     # -- tasks ------------------------------------------------------------------------------
 
     @abc.abstractmethod
-    async def sync_tasks(self, specs: Mapping[str, TaskSpec], now: datetime) -> SyncResult:
-        """Make the task table follow ``specs``: add new tasks, update changed ones
-        (a changed schedule restarts from ``now``), retire missing ones (history kept)."""
+    async def sync_tasks(self, specs: Mapping[str, TaskSpec], firsts: FirstFires) -> SyncResult:
+        """Make the task table follow ``specs`` at ``firsts.now``: add new tasks, update
+        changed ones (a changed schedule restarts at its first fire time from now, as
+        ``firsts`` says), retire missing ones (history kept)."""
 
     @abc.abstractmethod
     async def get_task(self, name: str) -> TaskState | None:
@@ -192,15 +204,13 @@ class Store(abc.ABC):
         finished_at: datetime,
         succeeded: bool | None,
         next_fire_at: datetime | None,
-        *,
-        pause_after: int = 0,
-        pause_reason: str = "",
     ) -> TaskState | None:
         """Record that an execution of ``name`` ended, in one transaction: ``last_end_at``,
         the count of final failures in a row (reset by a success, raised by a failure, kept
-        when ``succeeded`` is None), when given the next fire time (``after`` schedules),
-        and, when the count reaches ``pause_after`` (> 0), pause the task with
-        ``pause_reason``. Returns the task as it is now."""
+        when ``succeeded`` is None: an increment in SQL, so that ends recorded at once by
+        several nodes all count), and when given the next fire time (``after`` schedules).
+        Returns the task as it is now; whether that pauses it is decided by the caller
+        (``planning.pauses``)."""
 
     @abc.abstractmethod
     async def tasks_succeeded(self, ends: Mapping[str, datetime]) -> None:
@@ -210,10 +220,19 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def set_paused(
-        self, name: str, paused: bool, reason: str | None, next_fire_at: datetime | None
+        self,
+        name: str,
+        paused: bool,
+        reason: str | None,
+        next_fire_at: datetime | None,
+        *,
+        version: int,
     ) -> TaskState | None:
-        """Pause (with ``reason``) or unpause ``name``; unpausing resets the failure count and
-        restarts the schedule at ``next_fire_at``. None when there is no such task."""
+        """Pause (with ``reason``) or unpause ``name``, a compare-and-set on the ``version``
+        the caller decided from; unpausing resets the failure count and restarts the
+        schedule at ``next_fire_at``. The task as written, or None when it was not written
+        (no such task, or the row has moved past ``version``: read it again and decide
+        again)."""
 
     # -- executions -------------------------------------------------------------------------
 

@@ -19,7 +19,9 @@ Transient errors, listed once (``transient``):
 **A commit whose outcome is unknown** (the connection lost during ``COMMIT``): the attempt
 that is run again may find its own work already done. Why each kind stays right:
 
-- Reads, and writes of absolute values (``renew_leases``, ``set_paused``, ``heartbeat``,
+- ``set_paused`` is a compare-and-set on the task's version: on a retry after its own
+  commit it finds the row moved on and says so, and the caller reads it again.
+- Reads, and writes of absolute values (``renew_leases``, ``heartbeat``,
   ``tasks_succeeded``, ``shared_secret``): doing them twice is doing them once.
   ``purge_history``: a retry deletes the next batch, as the patrol's next round would.
   ``release_leases`` matches ``owner = node``: the second time it finds none.

@@ -11,8 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
 
 from ecron.config.model import TaskSpec
-from ecron.schedules import Schedule, next_fire_time
-from ecron.store.base import SyncResult, TaskState
+from ecron.store.base import FirstFires, SyncResult, TaskState
 from ecron.store.bulk import Batch, Kind
 from ecron.store.engine import Engines
 from ecron.store.mapping import to_task
@@ -48,8 +47,9 @@ class TaskOperations:
     _successes: Batch
 
     @retried("sync_tasks")
-    async def sync_tasks(self, specs: Mapping[str, TaskSpec], now: datetime) -> SyncResult:
+    async def sync_tasks(self, specs: Mapping[str, TaskSpec], firsts: FirstFires) -> SyncResult:
         result = SyncResult()
+        now = firsts.now
         summary = sa.select(task_table.c.name, task_table.c.spec_hash, task_table.c.retired)
         async with self.engines.write() as conn:
             rows = {row.name: row for row in await conn.execute(summary)}
@@ -61,7 +61,6 @@ class TaskOperations:
             ]
             gone = [name for name, row in rows.items() if name not in specs and not row.retired]
             if new:
-                firsts = _FirstFireTimes(now)
                 rows_new = [_new_task(spec, now, firsts) for spec in new]
                 # another node starting at the same moment may add them first: its rows stay
                 insert = self.engines.dialect.insert(task_table).on_conflict_do_nothing()
@@ -70,7 +69,6 @@ class TaskOperations:
             if changed:
                 query = sa.select(task_table).where(task_table.c.name.in_(changed))
                 found = (await conn.execute(query)).mappings().all()
-                firsts = _FirstFireTimes(now)
                 updates = [_changed_task(row, specs[row["name"]], now, firsts) for row in found]
                 await conn.execute(_UPDATE_TASK, updates)  # one executemany for them all
                 result.updated.extend(changed)
@@ -121,9 +119,6 @@ class TaskOperations:
         finished_at: datetime,
         succeeded: bool | None,
         next_fire_at: datetime | None,
-        *,
-        pause_after: int = 0,
-        pause_reason: str = "",
     ) -> TaskState | None:
         failures = task_table.c.consecutive_failures
         values: dict[str, Any] = {"last_end_at": finished_at, "version": task_table.c.version + 1}
@@ -137,14 +132,8 @@ class TaskOperations:
                 row = (await conn.execute(sa.select(task_table).where(named))).mappings().first()
                 if row is None or row["last_end_at"] == finished_at:
                     return None if row is None else to_task(row)
-            await conn.execute(sa.update(task_table).where(named).values(values))
-            if succeeded is False and pause_after > 0:
-                await conn.execute(
-                    sa.update(task_table)
-                    .where(named, failures >= pause_after, task_table.c.paused.is_(False))
-                    .values(paused=True, paused_reason=pause_reason)
-                )
-            row = (await conn.execute(sa.select(task_table).where(named))).mappings().first()
+            update = sa.update(task_table).where(named).values(values)
+            row = (await conn.execute(update.returning(*task_table.c))).mappings().first()
         return None if row is None else to_task(row)
 
     @retried("tasks_succeeded")
@@ -157,19 +146,29 @@ class TaskOperations:
 
     @retried("set_paused")
     async def set_paused(
-        self, name: str, paused: bool, reason: str | None, next_fire_at: datetime | None
+        self,
+        name: str,
+        paused: bool,
+        reason: str | None,
+        next_fire_at: datetime | None,
+        *,
+        version: int,
     ) -> TaskState | None:
         values: dict[str, Any] = {
             "paused": paused,
             "paused_reason": reason if paused else None,
-            "version": task_table.c.version + 1,
+            "version": version + 1,
         }
         if not paused:
             values.update(consecutive_failures=0, next_fire_at=next_fire_at)
-        named = task_table.c.name == name
+        update = (
+            sa.update(task_table)
+            .where(task_table.c.name == name, task_table.c.version == version)
+            .values(values)
+            .returning(*task_table.c)
+        )
         async with self.engines.write() as conn:
-            await conn.execute(sa.update(task_table).where(named).values(values))
-            row = (await conn.execute(sa.select(task_table).where(named))).mappings().first()
+            row = (await conn.execute(update)).mappings().first()
         return None if row is None else to_task(row)
 
 
@@ -182,31 +181,13 @@ def can_fire() -> list[sa.ColumnElement[bool]]:
     ]
 
 
-class _FirstFireTimes:
-    """First fire times from one moment, worked out once per schedule (tasks that write a
-    schedule the same way share one ``Schedule``)."""
-
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-        self._found: dict[int, tuple[Schedule, datetime | None]] = {}
-
-    def of(self, schedule: Schedule) -> datetime | None:
-        found = self._found.get(id(schedule))
-        if found is None or found[0] is not schedule:
-            found = self._found[id(schedule)] = (schedule, next_fire_time(schedule, None, self.now))
-        return found[1]
-
-
-def _new_task(
-    spec: TaskSpec, now: datetime, firsts: _FirstFireTimes | None = None
-) -> dict[str, Any]:
-    firsts = firsts or _FirstFireTimes(now)
+def _new_task(spec: TaskSpec, now: datetime, firsts: FirstFires) -> dict[str, Any]:
     return {
         "name": spec.name,
         "spec": spec_json(spec),
         "spec_hash": spec.digest,
         "schedule_text": spec.fire_schedule.text,
-        "next_fire_at": firsts.of(spec.fire_schedule) if spec.enabled else None,
+        "next_fire_at": firsts.of(spec) if spec.enabled else None,
         "enabled": spec.enabled,
         "created_at": now,
         "updated_at": now,
@@ -241,7 +222,7 @@ _SCHEDULING = ("schedule", "timezone", "enabled")
 
 
 def _changed_task(
-    row: RowMapping, spec: TaskSpec, now: datetime, firsts: _FirstFireTimes
+    row: RowMapping, spec: TaskSpec, now: datetime, firsts: FirstFires
 ) -> dict[str, Any]:
     """The new values of a task whose spec changed; its schedule goes on where it was
     unless the schedule itself changed (the stored spec is compared as stored: JSON)."""

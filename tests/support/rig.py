@@ -19,6 +19,7 @@ from ecron.executor.http import HttpCaller
 from ecron.executor.runner import Executor
 from ecron.parts import Parts
 from ecron.patrol import Patrol
+from ecron.planning import FirstFireTimes
 from ecron.scheduler import Scheduler
 from ecron.store.migrate import upgrade
 from ecron.store.sql import SqlStore
@@ -151,7 +152,7 @@ async def rig(database_url: str, specs: list[TaskSpec], now: datetime) -> AsyncI
     await upgrade(store.engines)
     clock = FakeClock(now)
     by_name = {spec.name: spec for spec in specs}
-    await store.sync_tasks(by_name, now)
+    await store.sync_tasks(by_name, FirstFireTimes(now))
     settings = DaemonSettings(database=database_url, prefetch=timedelta(0), poll_workers=4)
     session = aiohttp.ClientSession()
     caller = HttpCaller(session, public_url=None, callback_secret="test", clock=clock)
