@@ -242,3 +242,26 @@ def test_a_forbidden_import_and_a_long_function_are_found(tmp_path: Path) -> Non
 def test_a_module_belongs_to_its_part(module: str, expected: str) -> None:
     """The part is the first name under ``ecron``."""
     assert part(module) == expected
+
+
+def test_every_error_ecron_defines_is_an_ecron_error() -> None:
+    """Each exception class defined in ``ecron/`` derives from ``EcronError``, so that a
+    caller can catch all of ecron's own errors with one ``except``."""
+    import importlib
+    import inspect
+
+    from ecron.errors import EcronError
+
+    strays, checked = [], 0
+    for name in modules(ROOT):
+        if ".migrations." in name:
+            continue
+        module = importlib.import_module(name)
+        for _, value in inspect.getmembers(module, inspect.isclass):
+            if value.__module__ != name or not issubclass(value, BaseException):
+                continue
+            checked += 1
+            if not issubclass(value, EcronError):
+                strays.append(f"{name}.{value.__qualname__}")
+    assert strays == []
+    assert checked >= 10  # the walk found ecron's errors (InvalidReport, StoreError, ...)

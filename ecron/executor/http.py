@@ -25,6 +25,7 @@ from yarl import URL
 from ecron.clock import Clock, iso
 from ecron.config.model import CallSettings
 from ecron.core import InvalidReport, RemoteStatus, Report, parse_report
+from ecron.errors import EcronError
 from ecron.metrics import Metrics
 from ecron.signing import callback_token, signature
 
@@ -255,7 +256,7 @@ class HttpCaller:
             return CallOutcome(OutcomeKind.NO_ANSWER, detail=f"{type(exc).__name__}: {exc}")
 
 
-class CallDropped(aiohttp.ClientConnectionError):
+class CallDropped(EcronError, aiohttp.ClientConnectionError):
     """The connection dropped after the request went out (a reset, the server closing it):
     no answer. Raised instead of aiohttp's own error so that aiohttp does not send a GET
     or DELETE again by itself (it does for those two after such an error, RFC 9112 §9.3.1):
