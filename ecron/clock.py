@@ -18,13 +18,14 @@ class Clock:
         """Wait ``seconds`` (never negative)."""
         await asyncio.sleep(max(0.0, seconds))
 
-    async def wait(self, event: asyncio.Event, seconds: float) -> bool:
-        """Wait until ``event`` is set or ``seconds`` have passed on this clock, whichever
-        comes first; True when the event is set. Every loop of the engine sleeps between
-        its rounds on this, so that a test's clock can drive them."""
+    async def wait(self, event: asyncio.Event, seconds: float | None) -> bool:
+        """Wait until ``event`` is set or ``seconds`` have passed on this clock (None: until
+        the event), whichever comes first; True when the event is set. Every loop of the
+        engine sleeps between its rounds on this, so that a test's clock can drive them."""
         if not event.is_set():
+            timeout = None if seconds is None else max(0.0, seconds)
             with suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), timeout=max(0.0, seconds))
+                await asyncio.wait_for(event.wait(), timeout=timeout)
         return event.is_set()
 
 

@@ -14,7 +14,6 @@ import asyncio
 import heapq
 import itertools
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
-from contextlib import suppress
 from datetime import datetime, timedelta
 from enum import IntEnum
 from typing import Any
@@ -309,8 +308,7 @@ class Executor:
                     self._lateness.observe(max(0.0, (now - due).total_seconds()))
             earliest = [heap[0][0] for heap in (self._starts, self._calls) if heap]
             delay = (min(earliest) - self.clock.now()).total_seconds() if earliest else None
-            with suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=delay)
+            await self.clock.wait(self._wake, delay)
 
     def _pop(
         self, heap: list[tuple[datetime, int, str]], until: datetime

@@ -51,11 +51,11 @@ class FakeClock(Clock):
         self.current += timedelta(seconds=max(0.0, seconds))
         await asyncio.sleep(0)
 
-    async def wait(self, event: asyncio.Event, seconds: float) -> bool:
-        """Until ``event`` is set or this clock has been moved ``seconds`` on: real time
-        passing changes nothing."""
-        deadline = self.current + timedelta(seconds=max(0.0, seconds))
-        while not event.is_set() and self.current < deadline:
+    async def wait(self, event: asyncio.Event, seconds: float | None) -> bool:
+        """Until ``event`` is set or this clock has been moved ``seconds`` on (None: until
+        the event): real time passing changes nothing."""
+        deadline = None if seconds is None else self.current + timedelta(seconds=max(0.0, seconds))
+        while not event.is_set() and (deadline is None or self.current < deadline):
             moved = asyncio.ensure_future(self._moved.wait())
             setting = asyncio.ensure_future(event.wait())
             try:
