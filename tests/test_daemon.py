@@ -361,3 +361,20 @@ async def test_odd_requests_get_clear_answers_not_errors(
         _, before = await api(daemon, "GET", "/api/v1/tasks/h", headers=auth)
         status, after = await api(daemon, "POST", "/api/v1/tasks/h/unpause", headers=auth)
     assert status == 200 and after["next_fire_at"] == before["next_fire_at"]
+
+
+async def test_a_pause_body_that_is_not_a_json_object_is_refused_with_400(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """A JSON array, text or null, and JSON nested too deep to read (which used to answer
+    500), are refused with 400 and leave the task unpaused; no body at all pauses it."""
+    spec = task("h", f"{user_service.url}/jobs/x", schedule={"every": "1h"})
+    async with make_daemon([spec]) as daemon:
+        for body in (b'["a reason"]', b'"a reason"', b"null", b"[" * 100_000):
+            status, answer = await api(daemon, "POST", "/api/v1/tasks/h/pause", data=body)
+            assert status == 400, (body[:20], answer)
+            assert answer["error"].startswith("the body must be")
+        _, shown = await api(daemon, "GET", "/api/v1/tasks/h")
+        assert shown["paused"] is False
+        status, paused = await api(daemon, "POST", "/api/v1/tasks/h/pause")
+    assert (status, paused["paused_reason"]) == (200, "paused through the API")

@@ -65,15 +65,18 @@ async def run_task(request: web.Request) -> web.Response:
 @routes.post("/api/v1/tasks/{name}/pause")
 async def pause_task(request: web.Request) -> web.Response:
     """Pause the task: no more fire times until it is unpaused (manual runs still work).
-    An optional JSON body ``{"reason": "..."}`` is shown in the task snapshot."""
+    An optional JSON object ``{"reason": "..."}`` is shown in the task snapshot; any other
+    body answers 400."""
     task = await _task(request)
     reason = "paused through the API"
     if request.can_read_body:
         try:
             body = await request.json()
-        except ValueError:
+        except (ValueError, RecursionError):  # deep nesting is not a usable body either
             return error(400, 'the body must be JSON, like {"reason": "..."}')
-        given = body.get("reason") if isinstance(body, dict) else None
+        if not isinstance(body, dict):
+            return error(400, 'the body must be a JSON object, like {"reason": "..."}')
+        given = body.get("reason")
         if given is not None and not isinstance(given, str):
             return error(400, "reason must be text", given)
         if given:
