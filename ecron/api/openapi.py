@@ -167,7 +167,8 @@ OPERATIONS: tuple[Operation, ...] = (
             200: (schemas.ExecutionPage, "the page (possibly empty)"),
             400: (
                 ERROR,
-                "`limit` is not a whole number from 1 to 500, or `status` is not a status",
+                "`limit` is not a whole number from 1 to 500, `status` is not a status, or "
+                "`before` holds a NUL character",
             ),
         },
         parameters=(

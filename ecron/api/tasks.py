@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ecron.api.context import context, error
+from ecron.api.context import NUL, context, error
 from ecron.errors import NotFound
 from ecron.snapshots import execution_snapshot, task_snapshot
 from ecron.store.base import TaskState
@@ -38,7 +38,7 @@ async def _snapshot(request: web.Request, task: TaskState) -> dict[str, object]:
 
 async def _task(request: web.Request) -> TaskState:
     name = request.match_info["name"]
-    task = await context(request).store.get_task(name)
+    task = None if NUL in name else await context(request).store.get_task(name)
     if task is None or task.retired:
         raise NotFound(f"no task {name!r}")
     return task
@@ -80,7 +80,7 @@ async def pause_task(request: web.Request) -> web.Response:
         if given is not None and not isinstance(given, str):
             return error(400, "reason must be text", given)
         if given:
-            reason = given[:1000]
+            reason = given[:1000].replace(NUL, "\N{REPLACEMENT CHARACTER}")
     state = await context(request).commands.pause(task.name, reason)
     return web.json_response(await _snapshot(request, state))
 
