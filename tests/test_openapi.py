@@ -6,24 +6,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 from openapi_spec_validator import validate
 
 from ecron.api import dashboard, executions, health, openapi
 from ecron.api.app import make_app
-from ecron.daemon import Daemon
 from ecron.signing import callback_token
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended
-from tests.support.openapi import api_context, problems, served_document
+from tests.support.openapi import AUTH, TOKEN, Recorder, api_context, served_document
 from tests.support.service import UserService, wait_for
-
-TOKEN = "t0k"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture
@@ -95,33 +89,6 @@ def test_the_snapshot_schemas_name_every_field_the_design_names() -> None:
     assert set(components["TaskSnapshot"]["properties"]) >= {
         "name", "schedule", "paused", "paused_reason", "next_fire_at", "last_execution",
     }  # fmt: skip
-
-
-class Recorder:
-    """Sends requests to a daemon and checks each answer against the served document."""
-
-    def __init__(self, daemon: Daemon, document: dict[str, Any]) -> None:
-        self.base = f"http://127.0.0.1:{daemon.port}"
-        self.document = document
-        self.seen: list[tuple[str, str, int]] = []
-        self.problems: list[str] = []
-
-    async def send(
-        self, method: str, template: str, path: str | None = None, **kwargs: Any
-    ) -> tuple[int, Any]:
-        """``method`` on ``path`` (``template`` filled in), with the API token unless other
-        headers are given; the status and the body, after checking them."""
-        kwargs.setdefault("headers", AUTH)
-        async with (
-            aiohttp.ClientSession() as session,
-            session.request(method, self.base + (path or template), **kwargs) as response,
-        ):
-            text = await response.text()
-            media = response.headers.get("Content-Type", "")
-            body = json.loads(text) if media.startswith("application/json") else text
-            self.seen.append((method, template, response.status))
-            self.problems += problems(self.document, method, template, response.status, media, body)
-            return response.status, body
 
 
 async def test_answers_of_a_live_daemon_match_their_documented_schemas(

@@ -185,7 +185,9 @@ OPERATIONS: tuple[Operation, ...] = (
                 {"type": "integer", "minimum": 1, "maximum": 500, "default": 50},
             ),
             _query(
-                "before", "a cursor: only executions whose id sorts before it", {"type": "string"}
+                "before",
+                "a cursor: only executions whose id sorts before it (no NUL character)",
+                {"type": "string", "pattern": "^[^\\u0000]*$"},
             ),
         ),
     ),

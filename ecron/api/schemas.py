@@ -179,10 +179,8 @@ class PauseRequest(BaseModel):
 class ReportRequest(BaseModel):
     """A report (PROTOCOL.md, "Reports"): what the user service says about the execution."""
 
-    status: str = Field(
-        description="RUNNING, SUCCESS or FAILED, matched without regard to case (UNKNOWN is "
-        "refused here)",
-        examples=["RUNNING"],
+    status: Literal["RUNNING", "SUCCESS", "FAILED"] = Field(
+        description="matched without regard to case; UNKNOWN is refused here"
     )
     progress: float | None = Field(
         default=None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import aiohttp
@@ -9,6 +10,10 @@ from jsonschema import Draft202012Validator
 
 from ecron.api.context import ApiContext
 from ecron.daemon import Daemon
+
+#: The API token of the daemons these tests start, and the header that carries it.
+TOKEN = "t0k"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 def api_context(daemon: Daemon) -> ApiContext:
@@ -60,3 +65,30 @@ def problems(
         f"{error.message}"
         for error in validator.iter_errors(body)
     ]
+
+
+class Recorder:
+    """Sends requests to a daemon and checks each answer against the served document."""
+
+    def __init__(self, daemon: Daemon, document: dict[str, Any]) -> None:
+        self.base = f"http://127.0.0.1:{daemon.port}"
+        self.document = document
+        self.seen: list[tuple[str, str, int]] = []
+        self.problems: list[str] = []
+
+    async def send(
+        self, method: str, template: str, path: str | None = None, **kwargs: Any
+    ) -> tuple[int, Any]:
+        """``method`` on ``path`` (``template`` filled in), with the API token unless other
+        headers are given; the status and the body, after checking them."""
+        kwargs.setdefault("headers", AUTH)
+        async with (
+            aiohttp.ClientSession() as session,
+            session.request(method, self.base + (path or template), **kwargs) as response,
+        ):
+            text = await response.text()
+            media = response.headers.get("Content-Type", "")
+            body = json.loads(text) if media.startswith("application/json") else text
+            self.seen.append((method, template, response.status))
+            self.problems += problems(self.document, method, template, response.status, media, body)
+            return response.status, body
