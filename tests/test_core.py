@@ -351,6 +351,13 @@ def test_message_is_cut_to_a_thousand_characters() -> None:
     assert parse_report({"status": "RUNNING", "message": "page 42"}).message == "page 42"
 
 
+def test_a_nul_character_in_a_message_becomes_a_replacement_character() -> None:
+    """PostgreSQL's text cannot hold NUL: each one in a message is stored as U+FFFD, the
+    rest of the message as sent."""
+    parsed = parse_report({"status": "RUNNING", "message": "a\x00b\x00"})
+    assert parsed.message == "a\ufffdb\ufffd" and parsed.warnings == ()
+
+
 def test_a_message_that_is_not_a_string_is_ignored_with_a_warning() -> None:
     """A non-string message is dropped and named in ``warnings``."""
     parsed = parse_report({"status": "RUNNING", "message": {"text": "hi"}})

@@ -391,3 +391,65 @@ async def test_a_loop_that_dies_stops_the_node_with_its_error(
     assert died.is_set()
     assert raised.group_contains(RuntimeError, match="patrol bug")
     assert ecron_tasks() == 0
+
+
+async def test_a_pause_body_that_is_not_a_json_object_is_refused_with_400(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """A JSON array, text or null, and JSON nested too deep to read (which used to answer
+    500), are refused with 400 and leave the task unpaused; no body at all pauses it."""
+    spec = task("h", f"{user_service.url}/jobs/x", schedule={"every": "1h"})
+    async with make_daemon([spec]) as daemon:
+        for body in (b'["a reason"]', b'"a reason"', b"null", b"[" * 100_000):
+            status, answer = await api(daemon, "POST", "/api/v1/tasks/h/pause", data=body)
+            assert status == 400, (body[:20], answer)
+            assert answer["error"].startswith("the body must be")
+        _, shown = await api(daemon, "GET", "/api/v1/tasks/h")
+        assert shown["paused"] is False
+        status, paused = await api(daemon, "POST", "/api/v1/tasks/h/pause")
+    assert (status, paused["paused_reason"]) == (200, "paused through the API")
+
+
+async def test_a_nul_character_in_a_path_a_filter_a_reason_or_a_report_gets_a_clear_answer(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """On every database (PostgreSQL's text cannot hold NUL; these answered 500 there): a
+    task or execution id with NUL is unknown (404), a task filter with NUL matches nothing, a
+    before cursor with NUL is refused (400), and a NUL in a pause reason or in a report's
+    message is stored as U+FFFD (a poll report with one used to leave the execution PENDING)."""
+
+    async def nul_message(request: web.Request) -> web.Response | None:
+        if request.method == "DELETE":
+            return None
+        return web.json_response({"status": "RUNNING", "progress": 10, "message": "a\x00b"})
+
+    user_service.behaviour = nul_message
+    spec = task("n", f"{user_service.url}/jobs/x", mode="poll")
+    async with make_daemon([spec]) as daemon:
+        for method, path in [
+            ("GET", "/api/v1/tasks/n%00"),
+            ("POST", "/api/v1/tasks/n%00/run"),
+            ("GET", "/api/v1/executions/%00"),
+            ("POST", "/api/v1/executions/x%00.1/report"),
+        ]:
+            status, answer = await api(daemon, method, path, json={"status": "RUNNING"})
+            assert (status, answer["error"][:3]) == (404, "no "), (path, answer)
+        assert await api(daemon, "GET", "/api/v1/executions", params={"task": "n\x00"}) == (
+            200,
+            {"items": [], "next": None},
+        )
+        status, answer = await api(daemon, "GET", "/api/v1/executions?before=%00")
+        assert status == 400 and "NUL" in answer["error"]
+        status, paused = await api(
+            daemon, "POST", "/api/v1/tasks/n/pause", json={"reason": "x\x00y"}
+        )
+        assert (status, paused["paused_reason"]) == (200, "x\ufffdy")
+        _, run = await api(daemon, "POST", "/api/v1/tasks/n/run")
+
+        async def reported() -> dict[str, Any] | None:
+            _, shown = await api(daemon, "GET", f"/api/v1/executions/{run['id']}")
+            return shown if shown["status"] == "RUNNING" else None
+
+        shown = await wait_for(reported, timeout=5)
+        assert (shown["progress"], shown["message"]) == (10.0, "a\ufffdb")
+        await api(daemon, "POST", f"/api/v1/executions/{run['id']}/cancel")

@@ -9,7 +9,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from ecron.api import dashboard, executions, health, tasks
+from ecron.api import dashboard, executions, health, openapi, tasks
 from ecron.api.context import CONTEXT, ApiContext, error
 from ecron.errors import Conflict, NotFound
 
@@ -17,8 +17,8 @@ log = structlog.get_logger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-#: Paths that never ask for the API token.
-OPEN_PATHS = ("/", "/healthz", "/readyz", "/metrics")
+#: Paths that never ask for the API token (the OpenAPI document holds no data either).
+OPEN_PATHS = ("/", "/healthz", "/readyz", "/metrics", openapi.PATH)
 
 
 @web.middleware
@@ -82,4 +82,5 @@ def make_app(ctx: ApiContext) -> web.Application:
     app.add_routes(tasks.routes)
     app.add_routes(executions.routes)
     app.add_routes(dashboard.routes)
+    app.add_routes(openapi.routes)
     return app

@@ -35,6 +35,10 @@ class ApiContext:
 
 CONTEXT = web.AppKey("ecron_context", ApiContext)
 
+#: No name or id holds it (PostgreSQL's text cannot): a path or filter with one names nothing,
+#: and is answered so without asking the database, which would fail on it.
+NUL = "\x00"
+
 
 def error(status: int, message: str, detail: Any = None) -> web.Response:
     """A JSON error answer: ``{"error": ..., "detail": ...}``."""

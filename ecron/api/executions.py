@@ -7,7 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ecron.api.context import context, error
+from ecron.api.context import NUL, context, error
 from ecron.core import Execution, InvalidReport, RemoteStatus, Status, parse_report
 from ecron.errors import NotFound
 from ecron.ids import split_remote_id
@@ -39,11 +39,13 @@ async def list_executions(request: web.Request) -> web.Response:
             status = Status(query["status"].upper())
         except ValueError:
             return error(400, "unknown status", [str(s) for s in Status])
+    task, before = query.get("task") or None, query.get("before") or None
+    if before is not None and NUL in before:
+        return error(400, "before cannot hold a NUL character: pass the next of a page")
+    if task is not None and NUL in task:
+        return web.json_response({"items": [], "next": None})  # no task has such a name
     page = await context(request).store.list_executions(
-        task=query.get("task") or None,
-        status=status,
-        limit=limit,
-        before=query.get("before") or None,
+        task=task, status=status, limit=limit, before=before
     )
     items = await snapshots(request, page.items)
     return web.json_response({"items": items, "next": page.next})
@@ -62,7 +64,7 @@ async def snapshot(request: web.Request, execution: Execution) -> dict[str, Any]
 
 async def _execution(request: web.Request) -> Execution:
     eid = request.match_info["eid"]
-    execution = await context(request).store.get_execution(eid)
+    execution = None if NUL in eid else await context(request).store.get_execution(eid)
     if execution is None:
         raise NotFound(f"no execution {eid!r}")
     return execution
@@ -120,7 +122,7 @@ async def _report(request: web.Request) -> web.Response:
     ctx = context(request)
     remote = request.match_info["eid"]
     eid, step = split_remote_id(remote)
-    execution = await ctx.store.get_execution(eid)
+    execution = None if NUL in eid else await ctx.store.get_execution(eid)
     if execution is None or (
         step is not None and not any(s.remote_id == remote for s in execution.steps)
     ):

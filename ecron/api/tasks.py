@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ecron.api.context import context, error
+from ecron.api.context import NUL, context, error
 from ecron.errors import NotFound
 from ecron.snapshots import execution_snapshot, task_snapshot
 from ecron.store.base import TaskState
@@ -38,7 +38,7 @@ async def _snapshot(request: web.Request, task: TaskState) -> dict[str, object]:
 
 async def _task(request: web.Request) -> TaskState:
     name = request.match_info["name"]
-    task = await context(request).store.get_task(name)
+    task = None if NUL in name else await context(request).store.get_task(name)
     if task is None or task.retired:
         raise NotFound(f"no task {name!r}")
     return task
@@ -65,19 +65,22 @@ async def run_task(request: web.Request) -> web.Response:
 @routes.post("/api/v1/tasks/{name}/pause")
 async def pause_task(request: web.Request) -> web.Response:
     """Pause the task: no more fire times until it is unpaused (manual runs still work).
-    An optional JSON body ``{"reason": "..."}`` is shown in the task snapshot."""
+    An optional JSON object ``{"reason": "..."}`` is shown in the task snapshot; any other
+    body answers 400."""
     task = await _task(request)
     reason = "paused through the API"
     if request.can_read_body:
         try:
             body = await request.json()
-        except ValueError:
+        except (ValueError, RecursionError):  # deep nesting is not a usable body either
             return error(400, 'the body must be JSON, like {"reason": "..."}')
-        given = body.get("reason") if isinstance(body, dict) else None
+        if not isinstance(body, dict):
+            return error(400, 'the body must be a JSON object, like {"reason": "..."}')
+        given = body.get("reason")
         if given is not None and not isinstance(given, str):
             return error(400, "reason must be text", given)
         if given:
-            reason = given[:1000]
+            reason = given[:1000].replace(NUL, "\N{REPLACEMENT CHARACTER}")
     state = await context(request).commands.pause(task.name, reason)
     return web.json_response(await _snapshot(request, state))
 

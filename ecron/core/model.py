@@ -58,6 +58,8 @@ def parse_report(body: Any) -> Report:
     if message is not None and not isinstance(message, str):
         warnings.append(f"message {message!r} is not a string; ignored")
         message = None
+    elif message is not None and "\x00" in message:  # PostgreSQL's text cannot hold it
+        message = message.replace("\x00", "\N{REPLACEMENT CHARACTER}")
     result = body.get("result")
     truncated = False
     if result is not None:

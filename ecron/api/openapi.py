@@ -1,0 +1,425 @@
+"""``GET /api/v1/openapi.json``: an OpenAPI 3.1 document of every endpoint the daemon serves.
+
+The operations are data (``OPERATIONS``), the schemas come from the pydantic models of
+``schemas.py``, and ``mismatches`` compares the operations with the routes an application
+really serves; the tests hold both ways to it, so the document cannot drift from the
+handlers. It holds no data of the daemon and is served without the API token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+from aiohttp import web
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+import ecron
+from ecron.api import schemas
+from ecron.config.model import TASK_NAME
+from ecron.core import Status
+
+routes = web.RouteTableDef()
+
+#: The path it is served at.
+PATH = "/api/v1/openapi.json"
+_REF = "#/components/schemas/{model}"
+
+JSON = "application/json"
+#: Security requirements: the API token, nothing, or a callback token.
+API_TOKEN: list[dict[str, list[str]]] = [{"apiToken": []}]
+NO_TOKEN: list[dict[str, list[str]]] = []
+CALLBACK_TOKEN: list[dict[str, list[str]]] = [{"callbackToken": []}]
+
+#: An answer: a model (JSON) or a media type with a plain schema, and when it is given.
+Answer = tuple[type[BaseModel] | tuple[str, dict[str, Any]], str]
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """One method on one path, as the document describes it."""
+
+    method: str
+    path: str
+    tag: str
+    summary: str
+    description: str
+    answers: dict[int, Answer]
+    parameters: tuple[dict[str, Any], ...] = ()
+    #: The request body's model, and whether a body is required.
+    body: tuple[type[BaseModel], bool] | None = None
+    security: list[dict[str, list[str]]] = field(default_factory=lambda: API_TOKEN)
+
+
+def _path_parameter(name: str, description: str, **schema: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "description": description,
+        "schema": {"type": "string", **schema},
+    }
+
+
+def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "description": description,
+        "schema": schema,
+    }
+
+
+NAME = _path_parameter(
+    "name", "the task's name", pattern=f"^{TASK_NAME.pattern}$", minLength=1, maxLength=200
+)
+EID = _path_parameter("eid", "the execution id (a UUIDv7 text)", minLength=1)
+REMOTE_ID = _path_parameter(
+    "eid",
+    "the remote id: the execution id, or <execution id>.<step number> for a step",
+    minLength=1,
+)
+
+ERROR = schemas.ErrorAnswer
+TEXT = ("text/plain", {"type": "string"})
+TOO_LARGE: Answer = (ERROR, "the body is over 1 MiB (1,048,576 bytes)")
+TASK_GONE: Answer = (ERROR, "no task of that name, a retired one, or one not in this node's config")
+NO_EXECUTION: Answer = (ERROR, "no execution with that id")
+
+OPERATIONS: tuple[Operation, ...] = (
+    Operation(
+        "GET",
+        "/api/v1/tasks",
+        "tasks",
+        "Every task",
+        "Every task that is not retired, sorted by name, with its next fire time and last "
+        "execution. Not paginated.",
+        {200: (schemas.TaskList, "the tasks")},
+    ),
+    Operation(
+        "GET",
+        "/api/v1/tasks/{name}",
+        "tasks",
+        "One task",
+        "One task snapshot.",
+        {
+            200: (schemas.TaskSnapshot, "the task"),
+            404: (ERROR, "no task of that name, or a retired one"),
+        },
+        parameters=(NAME,),
+    ),
+    Operation(
+        "POST",
+        "/api/v1/tasks/{name}/run",
+        "tasks",
+        "Run a task now",
+        "A manual run, under the task's `concurrency`, even when paused or disabled. The "
+        "answer comes at once; the trigger call leaves in the background. No body is read.",
+        {
+            202: (schemas.ExecutionSnapshot, "a new execution was created: its snapshot"),
+            200: (
+                schemas.ExecutionSnapshot,
+                "`concurrency: forbid` and one is active: nothing "
+                "new starts, and this is the active one",
+            ),
+            404: TASK_GONE,
+            409: (ERROR, "no free moment for a new run (many asked for in one millisecond)"),
+        },
+        parameters=(NAME,),
+    ),
+    Operation(
+        "POST",
+        "/api/v1/tasks/{name}/pause",
+        "tasks",
+        "Pause a task",
+        "No fire time of it starts until it is unpaused; manual runs and resumes still work. "
+        "The body is optional: a JSON object, whose `reason` is shown as `paused_reason`.",
+        {
+            200: (schemas.TaskSnapshot, 'the task, now `"paused": true`'),
+            400: (ERROR, "the body is not a JSON object, or its `reason` is not a text"),
+            404: TASK_GONE,
+            413: TOO_LARGE,
+        },
+        parameters=(NAME,),
+        body=(schemas.PauseRequest, False),
+    ),
+    Operation(
+        "POST",
+        "/api/v1/tasks/{name}/unpause",
+        "tasks",
+        "Unpause a task",
+        "Its schedule restarts from now (missed fire times are not replayed) and its count "
+        "of failures in a row goes back to 0. No body is read.",
+        {200: (schemas.TaskSnapshot, 'the task, now `"paused": false`'), 404: TASK_GONE},
+        parameters=(NAME,),
+    ),
+    Operation(
+        "GET",
+        "/api/v1/executions",
+        "executions",
+        "The history",
+        "Executions, newest first (by id, that is by creation), one page at a time. Pass the "
+        "answer's `next` back as `before` for the following page.",
+        {
+            200: (schemas.ExecutionPage, "the page (possibly empty)"),
+            400: (
+                ERROR,
+                "`limit` is not a whole number from 1 to 500, `status` is not a status, or "
+                "`before` holds a NUL character",
+            ),
+        },
+        parameters=(
+            _query("task", "only this task's executions; empty: no filter", {"type": "string"}),
+            _query(
+                "status",
+                "only executions with this status, matched without regard to case; empty: no "
+                "filter. SCHEDULED ones (fire times claimed ahead) are listed only when asked",
+                {"type": "string", "enum": ["", *(str(status) for status in Status)]},
+            ),
+            _query(
+                "limit",
+                "how many on this page",
+                {"type": "integer", "minimum": 1, "maximum": 500, "default": 50},
+            ),
+            _query(
+                "before",
+                "a cursor: only executions whose id sorts before it (no NUL character)",
+                {"type": "string", "pattern": "^[^\\u0000]*$"},
+            ),
+        ),
+    ),
+    Operation(
+        "GET",
+        "/api/v1/executions/{eid}",
+        "executions",
+        "One execution",
+        "One execution's snapshot.",
+        {200: (schemas.ExecutionSnapshot, "the execution"), 404: NO_EXECUTION},
+        parameters=(EID,),
+    ),
+    Operation(
+        "GET",
+        "/api/v1/executions/{eid}/steps",
+        "executions",
+        "The steps of one execution",
+        "Its steps, in order; empty for a one-call task.",
+        {200: (schemas.StepList, "the steps"), 404: NO_EXECUTION},
+        parameters=(EID,),
+    ),
+    Operation(
+        "POST",
+        "/api/v1/executions/{eid}/cancel",
+        "executions",
+        "Cancel an execution",
+        "Sends the cancel call once; the execution ends CANCELLED whatever the answer. The "
+        "answer waits for the cancel call. No body is read.",
+        {
+            200: (schemas.ExecutionSnapshot, "the final snapshot"),
+            404: NO_EXECUTION,
+            409: (schemas.ExecutionConflict, "it has already ended; `detail` is its snapshot"),
+        },
+        parameters=(EID,),
+    ),
+    Operation(
+        "POST",
+        "/api/v1/executions/{eid}/resume",
+        "executions",
+        "Resume an execution",
+        "A new execution that starts from the first step that did not succeed (`resume_of` "
+        "the old one). The trigger leaves in the background. No body is read.",
+        {
+            202: (schemas.ExecutionSnapshot, "the new execution"),
+            404: (ERROR, "no execution with that id, or its task is not in this node's config"),
+            409: (
+                ERROR,
+                "it cannot be resumed: not ended, SUCCESS or SKIPPED, already "
+                "resumed, its task is running under `concurrency: forbid`, or nothing is "
+                "left to do",
+            ),
+        },
+        parameters=(EID,),
+    ),
+    Operation(
+        "POST",
+        "/api/v1/executions/{eid}/report",
+        "callbacks",
+        "A user service's report",
+        "The callback of PROTOCOL.md. It needs no API token: it needs the callback token "
+        "(the `X-Ecron-Callback-Token` of ecron's calls), which opens this one remote id. "
+        "Checked in this order: 404, 401, 400, 409, 200.",
+        {
+            200: (schemas.ExecutionSnapshot, "the report was applied: the execution now"),
+            400: (ERROR, "the body is not a valid report, or says UNKNOWN"),
+            401: (ERROR, "the callback token is missing or not this id's"),
+            404: (ERROR, "no execution, or no step with that remote id"),
+            409: (schemas.ExecutionConflict, "it has ended, or the report changed nothing"),
+            413: TOO_LARGE,
+        },
+        parameters=(REMOTE_ID,),
+        body=(schemas.ReportRequest, True),
+        security=CALLBACK_TOKEN,
+    ),
+    Operation(
+        "GET",
+        PATH,
+        "meta",
+        "This document",
+        "The OpenAPI 3.1 document of every endpoint, checked against the handlers.",
+        {200: ((JSON, {"type": "object"}), "the document")},
+        security=NO_TOKEN,
+    ),
+    Operation(
+        "GET",
+        "/healthz",
+        "root",
+        "Liveness",
+        "The process serves HTTP; no database asked.",
+        {200: (schemas.Alive, "alive")},
+        security=NO_TOKEN,
+    ),
+    Operation(
+        "GET",
+        "/readyz",
+        "root",
+        "Readiness",
+        "The database answers a trivial query and the scheduler loop went round within "
+        "max(10 × tick, tick + lease_ttl).",
+        {200: (schemas.Ready, "ready"), 503: (schemas.Unready, "not ready, and why")},
+        security=NO_TOKEN,
+    ),
+    Operation(
+        "GET",
+        "/metrics",
+        "root",
+        "Prometheus metrics",
+        "In the text exposition format (docs/observability.md lists them).",
+        {200: (TEXT, "the metrics")},
+        security=NO_TOKEN,
+    ),
+    Operation(
+        "GET",
+        "/",
+        "root",
+        "The dashboard",
+        "One HTML page that reads and steers ecron through this API; it holds no data.",
+        {200: (("text/html", {"type": "string"}), "the page")},
+        security=NO_TOKEN,
+    ),
+)
+
+_INTRO = """\
+ecron's REST API (under /api/v1) and its endpoints at the root. docs/api.md is the guide,
+with a real request and answer for each endpoint.
+
+When the daemon has an `api_token`, every request must carry `Authorization: Bearer
+<api_token>`, except the callback (it takes a callback token instead), this document, the
+dashboard page, /healthz, /readyz and /metrics. Without an `api_token` nothing is checked.
+
+Every answer under /api/v1 is JSON; an error is `{"error": "...", "detail": ...}` with its
+status code. Any endpoint may also answer 405 (not with this method) and 500 (an unexpected
+error), every GET answers HEAD too, and an unknown path answers 404 (401 first, without the
+token). Times are RFC 3339 in UTC with three decimals and a `Z`, or null."""
+
+
+def _answer(answer: Answer) -> dict[str, Any]:
+    shape, why = answer
+    if isinstance(shape, tuple):
+        media, schema = shape
+    else:
+        media, schema = JSON, {"$ref": _REF.format(model=shape.__name__)}
+    return {"description": why, "content": {media: {"schema": schema}}}
+
+
+def _operation(op: Operation) -> dict[str, Any]:
+    answers = dict(op.answers)
+    if op.security == API_TOKEN:
+        answers.setdefault(401, (ERROR, "the API token is missing or wrong"))
+    answers.setdefault(500, (ERROR, "an unexpected error; the daemon logs `api_error`"))
+    described: dict[str, Any] = {
+        "tags": [op.tag],
+        "summary": op.summary,
+        "description": op.description,
+        "operationId": _operation_id(op),
+        "parameters": list(op.parameters),
+        "responses": {str(status): _answer(answers[status]) for status in sorted(answers)},
+        "security": op.security,
+    }
+    if op.body is not None:
+        model, required = op.body
+        described["requestBody"] = {
+            "required": required,
+            "content": {JSON: {"schema": {"$ref": _REF.format(model=model.__name__)}}},
+        }
+    return described
+
+
+def _operation_id(op: Operation) -> str:
+    words = [part for part in op.path.split("/") if part and part not in ("api", "v1")]
+    named = [w.strip("{}") if w.startswith("{") else w for w in words] or ["dashboard"]
+    return "_".join([op.method.lower(), *named]).replace(".", "_")
+
+
+@cache
+def document() -> dict[str, Any]:
+    """The whole OpenAPI document."""
+    _, defs = models_json_schema(
+        [(model, "validation") for model in schemas.MODELS], ref_template=_REF
+    )
+    paths: dict[str, dict[str, Any]] = {}
+    for op in OPERATIONS:
+        paths.setdefault(op.path, {})[op.method.lower()] = _operation(op)
+    return {
+        "openapi": "3.1.0",
+        "jsonSchemaDialect": "https://spec.openapis.org/oas/3.1/dialect/base",
+        "info": {
+            "title": "ecron",
+            "version": ecron.__version__,
+            "description": _INTRO,
+            "license": {"name": "MIT", "identifier": "MIT"},
+        },
+        "paths": paths,
+        "components": {
+            "schemas": defs["$defs"],
+            "securitySchemes": {
+                "apiToken": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "the daemon's `api_token`, when it has one",
+                },
+                "callbackToken": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "the `X-Ecron-Callback-Token` ecron sent with its calls "
+                    "about this remote id",
+                },
+            },
+        },
+        "security": API_TOKEN,
+        "tags": [{"name": name} for name in dict.fromkeys(op.tag for op in OPERATIONS)],
+    }
+
+
+def served(app: web.Application) -> set[tuple[str, str]]:
+    """``(method, path)`` of every route ``app`` serves, less the HEAD that each GET adds."""
+    found = set()
+    for route in app.router.routes():
+        info = route.resource.canonical if route.resource is not None else ""
+        found.add((route.method, info))
+    return {(m, p) for m, p in found if not (m == "HEAD" and ("GET", p) in found)}
+
+
+def mismatches(app: web.Application) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    """Routes ``app`` serves that the document does not describe, and operations the
+    document describes that ``app`` does not serve: both empty when they agree."""
+    described = {(op.method, op.path) for op in OPERATIONS}
+    routes_served = served(app)
+    return routes_served - described, described - routes_served
+
+
+@routes.get(PATH)
+async def openapi_json(_request: web.Request) -> web.Response:
+    """The document; the same for every daemon of this version."""
+    return web.json_response(document())

@@ -1,0 +1,211 @@
+"""The shapes of what the API answers and reads, as pydantic models: the OpenAPI document
+(``openapi.py``) takes its schemas from them, and the tests check real answers against
+those schemas. The handlers build their answers themselves (``ecron.snapshots``); every
+model here forbids fields it does not name, so an answer that grows a field fails the
+tests until the field is described here too."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+
+from ecron.core import Reason, Status, TriggerKind
+
+#: A moment as every answer writes it: RFC 3339 in UTC, three decimals of a second, ``Z``.
+Time = Annotated[
+    datetime,
+    WithJsonSchema(
+        {
+            "type": "string",
+            "format": "date-time",
+            "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$",
+            "examples": ["2026-11-29T13:07:00.123Z"],
+        }
+    ),
+]
+#: 0 to 100.
+Progress = Annotated[float, Field(ge=0, le=100)]
+
+
+class Answer(BaseModel):
+    """A JSON object with exactly these fields."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorAnswer(Answer):
+    """Every error under /api/v1. Branch on the status code: ``error`` is written for
+    people and may change between versions."""
+
+    error: str = Field(description="what went wrong, in words")
+    detail: Any = Field(
+        description="more about it: null, a text, a number, a list, or any JSON value"
+    )
+
+
+class StepSnapshot(Answer):
+    """One step of a multi-step execution."""
+
+    number: int = Field(ge=1, description="1 for the first step")
+    name: str
+    status: Status = Field(description="PENDING until the step ends, then as an execution's")
+    reason: Reason | None
+    progress: Progress
+    message: str | None
+    remote_id: str = Field(description="the id its user service was given: <execution id>.<n>")
+    started_at: Time | None
+    finished_at: Time | None
+
+
+class ExecutionSnapshot(Answer):
+    """Everything about one execution (docs/api.md, "The execution snapshot")."""
+
+    id: str = Field(description="the execution id, a UUIDv7 text")
+    task: str
+    status: Status
+    reason: Reason | None = Field(description="why it ended FAILED or SKIPPED, else null")
+    progress: Progress
+    message: str | None
+    result: Any = Field(description="the result of the SUCCESS report, any JSON, or null")
+    result_truncated: bool
+    trigger_kind: TriggerKind
+    attempt: int = Field(ge=1)
+    scheduled_at: Time = Field(description="the fire time (for a manual run, when asked)")
+    created_at: Time
+    triggered_at: Time | None
+    last_report_at: Time | None
+    finished_at: Time | None
+    deadline: Time | None
+    resume_of: str | None = Field(description="the id of the execution this one resumes")
+    resume_attempt: int = Field(ge=0)
+    resumed_by: str | None = Field(description="the id of the execution that resumed this one")
+    cancel_acknowledged: bool | None = Field(
+        description="null: no cancel call was sent; else whether the user service took it"
+    )
+    probe_failures: int = Field(ge=0)
+    owner: str | None = Field(description="the node that holds, or last held, it")
+    # Not required: the daemon sends them once ETAs and chains are in (DESIGN.md, "API").
+    eta: Time | None = Field(
+        default=None,
+        description="estimated end while RUNNING (from the progress rate so far or, before "
+        "any progress, from the task's recent successful durations); else null",
+    )
+    upstream: str | None = Field(
+        default=None, description="for a chained task, the upstream execution that set it off"
+    )
+    steps: list[StepSnapshot] = Field(description="the steps, in order; [] for a one-call task")
+
+
+class TaskSnapshot(Answer):
+    """A task's definition, as the database holds it (no URLs, headers, bodies or secrets),
+    and where it stands."""
+
+    name: str
+    schedule: str | dict[str, Any] = Field(description="the schedule as written in the task file")
+    schedule_text: str = Field(description="the schedule in words")
+    timezone: str
+    enabled: bool
+    paused: bool
+    paused_reason: str | None
+    retired: bool
+    next_fire_at: Time | None
+    consecutive_failures: int = Field(ge=0)
+    concurrency: Literal["allow", "forbid", "replace"]
+    mode: Literal["poll", "callback"]
+    idempotent: bool
+    steps: list[str] = Field(description="the names of the steps; [] for a one-call task")
+    last_execution: ExecutionSnapshot | None
+
+
+class TaskList(Answer):
+    """Every task that is not retired, by name (not paginated)."""
+
+    items: list[TaskSnapshot]
+
+
+class ExecutionPage(Answer):
+    """One page of the history, newest first."""
+
+    items: list[ExecutionSnapshot]
+    next: str | None = Field(description="pass it as `before` for the next page; null: last page")
+
+
+class StepList(Answer):
+    """The steps of one execution."""
+
+    items: list[StepSnapshot]
+
+
+class ExecutionConflict(Answer):
+    """A 409 that carries the execution as it now stands."""
+
+    error: str
+    detail: ExecutionSnapshot
+
+
+class Alive(Answer):
+    """The process serves HTTP."""
+
+    status: Literal["ok"]
+    node: str
+
+
+class Ready(Answer):
+    """The database answers and the scheduler loop went round recently."""
+
+    status: Literal["ready"]
+    node: str
+
+
+class Unready(Answer):
+    """One text per failed check."""
+
+    status: Literal["unready"]
+    problems: list[str]
+
+
+class PauseRequest(BaseModel):
+    """The optional body of pause."""
+
+    reason: str | None = Field(
+        default=None,
+        description="shown as paused_reason (cut to 1,000 characters); when missing or "
+        'empty, "paused through the API"',
+    )
+
+
+class ReportRequest(BaseModel):
+    """A report (PROTOCOL.md, "Reports"): what the user service says about the execution."""
+
+    status: Literal["RUNNING", "SUCCESS", "FAILED"] = Field(
+        description="matched without regard to case; UNKNOWN is refused here"
+    )
+    progress: float | None = Field(
+        default=None,
+        description="0..100; outside it, clamped; not a number, ignored (the report counts)",
+    )
+    message: str | None = Field(default=None, description="stored cut to 1,000 characters")
+    result: Any = Field(default=None, description="any JSON, stored with a SUCCESS")
+    interrupted: bool | None = Field(
+        default=None, description="true with FAILED: the work stopped for an outside cause"
+    )
+
+
+#: Every model the document names, in the order it lists them.
+MODELS: tuple[type[BaseModel], ...] = (
+    ErrorAnswer,
+    ExecutionConflict,
+    StepSnapshot,
+    ExecutionSnapshot,
+    TaskSnapshot,
+    TaskList,
+    ExecutionPage,
+    StepList,
+    Alive,
+    Ready,
+    Unready,
+    PauseRequest,
+    ReportRequest,
+)

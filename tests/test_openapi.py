@@ -1,0 +1,157 @@
+"""``GET /api/v1/openapi.json``: a valid OpenAPI 3.1 document, served without the token,
+that describes exactly the routes the application serves, and whose schemas the answers of
+a real daemon (SQLite, a real user service) match."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from openapi_spec_validator import validate
+
+from ecron.api import dashboard, executions, health, openapi
+from ecron.api.app import make_app
+from ecron.signing import callback_token
+from tests.conftest import DaemonFactory, task
+from tests.protocol_support import ended
+from tests.support.openapi import AUTH, TOKEN, Recorder, api_context, served_document
+from tests.support.service import UserService, wait_for
+
+
+@pytest.fixture
+def database_url(tmp_path: Path) -> str:
+    """The document does not depend on the database: SQLite here."""
+    return f"sqlite+aiosqlite:///{tmp_path / 'ecron.db'}"
+
+
+async def test_the_document_is_served_without_the_api_token_and_is_valid_openapi_3_1(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """With an API token configured, the document still answers 200 without one; it is a
+    valid OpenAPI 3.1 document, the very one the module builds."""
+    async with make_daemon([task("a", f"{user_service.url}/jobs/x")], api_token=TOKEN) as daemon:
+        served = await served_document(daemon)
+    validate(served)  # raises on an invalid document
+    assert served["openapi"].startswith("3.1.")
+    assert served == json.loads(json.dumps(openapi.document()))
+
+
+async def test_every_route_served_is_documented_and_every_documented_operation_is_served(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """The daemon's application and the document agree on every method and path, the
+    endpoints at the root and the document's own included."""
+    async with make_daemon([task("a", f"{user_service.url}/jobs/x")]) as daemon:
+        app = make_app(api_context(daemon))
+    assert openapi.mismatches(app) == (set(), set())
+    assert {("GET", "/healthz"), ("GET", openapi.PATH), ("GET", "/")} <= openapi.served(app)
+
+
+async def test_a_route_added_without_documentation_is_reported(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """A route nobody described shows up as undocumented; an application that lacks the
+    task routes shows them as documented but not served."""
+
+    async def stray(_request: web.Request) -> web.Response:
+        return web.json_response({})
+
+    async with make_daemon([task("a", f"{user_service.url}/jobs/x")]) as daemon:
+        app = make_app(api_context(daemon))
+    app.router.add_post("/api/v1/tasks/{name}/archive", stray)
+    undocumented, unserved = openapi.mismatches(app)
+    assert (undocumented, unserved) == ({("POST", "/api/v1/tasks/{name}/archive")}, set())
+    partial = web.Application()
+    for part in (health, executions, dashboard, openapi):
+        partial.add_routes(part.routes)
+    undocumented, unserved = openapi.mismatches(partial)
+    assert undocumented == set()
+    assert ("POST", "/api/v1/tasks/{name}/run") in unserved and len(unserved) == 5
+
+
+def test_the_snapshot_schemas_name_every_field_the_design_names() -> None:
+    """DESIGN.md's execution snapshot fields, eta (RFC 3339 or null) and upstream among
+    them, its step fields and its task snapshot fields are all described."""
+    components = openapi.document()["components"]["schemas"]
+    execution = components["ExecutionSnapshot"]["properties"]
+    assert set(execution) >= {
+        "id", "task", "status", "reason", "progress", "message", "result", "trigger_kind",
+        "attempt", "scheduled_at", "created_at", "triggered_at", "finished_at", "deadline",
+        "resume_of", "resume_attempt", "cancel_acknowledged", "eta", "upstream", "steps",
+    }  # fmt: skip
+    eta = execution["eta"]["anyOf"]
+    assert {"type": "null"} in eta and any(s.get("format") == "date-time" for s in eta)
+    assert {"type": "null"} in execution["upstream"]["anyOf"]
+    step = components["StepSnapshot"]["properties"]
+    assert set(step) >= {"number", "name", "status", "progress", "message", "remote_id"}
+    assert set(components["TaskSnapshot"]["properties"]) >= {
+        "name", "schedule", "paused", "paused_reason", "next_fire_at", "last_execution",
+    }  # fmt: skip
+
+
+async def test_answers_of_a_live_daemon_match_their_documented_schemas(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """Every endpoint, answering success and its usual errors (401, 404, 409, 400), gives
+    an answer whose status, content type and body the document describes."""
+    user_service.durations = {"quick": 0.2, "push": 3600}
+    specs = [
+        task("quick", f"{user_service.url}/jobs/quick"),
+        task("etl", None, steps=[{"name": "one", "url": f"{user_service.url}/jobs/quick"},
+                                 {"name": "two", "url": f"{user_service.url}/jobs/quick"}]),
+        task("push", f"{user_service.url}/jobs/push", mode="callback"),
+    ]  # fmt: skip
+    async with make_daemon(specs, api_token=TOKEN) as daemon:
+        api = Recorder(daemon, await served_document(daemon))
+        _, quick = await api.send("POST", "/api/v1/tasks/{name}/run", "/api/v1/tasks/quick/run")
+        _, etl = await api.send("POST", "/api/v1/tasks/{name}/run", "/api/v1/tasks/etl/run")
+        _, push = await api.send("POST", "/api/v1/tasks/{name}/run", "/api/v1/tasks/push/run")
+        await api.send("POST", "/api/v1/tasks/{name}/run", "/api/v1/tasks/push/run")  # 200
+        await ended(daemon, quick["id"])
+        await ended(daemon, etl["id"])
+        await api.send("GET", "/api/v1/tasks")
+        await api.send("GET", "/api/v1/tasks", headers={})  # 401
+        await api.send("GET", "/api/v1/tasks/{name}", "/api/v1/tasks/quick")
+        await api.send("GET", "/api/v1/tasks/{name}", "/api/v1/tasks/nope")  # 404
+        pause = "/api/v1/tasks/{name}/pause"
+        await api.send("POST", pause, "/api/v1/tasks/quick/pause", json={"reason": "why"})
+        await api.send("POST", pause, "/api/v1/tasks/quick/pause", json=["not", "an object"])
+        await api.send("POST", "/api/v1/tasks/{name}/unpause", "/api/v1/tasks/quick/unpause")
+        await api.send("GET", "/api/v1/executions", params={"limit": "2"})
+        await api.send("GET", "/api/v1/executions", params={"limit": "0"})  # 400
+        one = f"/api/v1/executions/{etl['id']}"
+        await api.send("GET", "/api/v1/executions/{eid}", one)
+        await api.send("GET", "/api/v1/executions/{eid}/steps", one + "/steps")
+        await api.send("GET", "/api/v1/executions/{eid}", "/api/v1/executions/nope")  # 404
+        report = "/api/v1/executions/{eid}/report"
+        callback = {"Authorization": f"Bearer {callback_token(daemon.callback_secret, push['id'])}"}
+        at = f"/api/v1/executions/{push['id']}/report"
+        running = {"status": "RUNNING", "progress": 40}
+        await wait_for(lambda: user_service.calls_for(push["id"]), timeout=5)
+        await api.send("POST", report, at, headers=callback, json=running)
+        await api.send("POST", report, at, headers=AUTH, json=running)  # 401: not its token
+        await api.send("POST", report, at, headers=callback, json={"status": "DONE"})  # 400
+        cancel = "/api/v1/executions/{eid}/cancel"
+        await api.send("POST", cancel, f"/api/v1/executions/{push['id']}/cancel")
+        await api.send("POST", cancel, f"/api/v1/executions/{push['id']}/cancel")  # 409
+        await api.send("POST", report, at, headers=callback, json=running)  # 409
+        resume = "/api/v1/executions/{eid}/resume"
+        await api.send("POST", resume, f"/api/v1/executions/{push['id']}/resume")
+        await api.send("POST", resume, f"/api/v1/executions/{push['id']}/resume")  # 409
+        await api.send("GET", "/healthz", headers={})
+        await wait_for(lambda: daemon.scheduler.last_tick is not None, timeout=5)
+        await api.send("GET", "/readyz", headers={})
+        await api.send("GET", "/metrics", headers={})
+        await api.send("GET", "/", headers={})
+    assert api.problems == []
+    statuses = {(method, path): set() for method, path, _ in api.seen}
+    for method, path, status in api.seen:
+        statuses[method, path].add(status)
+    assert statuses["POST", "/api/v1/tasks/{name}/run"] == {200, 202}
+    assert statuses["POST", report] == {200, 400, 401, 409}
+    assert statuses["POST", cancel] == {200, 409} and statuses["POST", resume] == {202, 409}
+    assert statuses["GET", "/api/v1/tasks"] == {200, 401}
+    assert statuses["POST", pause] == {200, 400}
+    assert len(statuses) == len(openapi.OPERATIONS) - 1  # all but the document itself
