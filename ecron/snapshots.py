@@ -3,17 +3,37 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from ecron.clock import iso
-from ecron.core import Execution, Step
-from ecron.store.base import TaskState
+from ecron.core import RECENT_RUNS, Execution, Step, estimate_end, needs_history
+from ecron.store.base import Store, TaskState
 
 
-def execution_snapshot(execution: Execution, resumed_by: str | None = None) -> dict[str, Any]:
+async def execution_snapshots(
+    store: Store, executions: Sequence[Execution], now: datetime
+) -> list[dict[str, Any]]:
+    """The snapshots of ``executions`` as the API answers them, seen at ``now``: each naming
+    its resume, each RUNNING one with its ETA. What they need from the store is read for
+    all of them at once (one read of resumes, one of recent durations), whatever their
+    number."""
+    resumes = await store.resumes_of([e.eid for e in executions])
+    waiting = [e.task for e in executions if needs_history(e)]
+    history = await store.recent_durations(waiting, RECENT_RUNS) if waiting else {}
+    return [
+        execution_snapshot(e, resumes.get(e.eid), eta=estimate_end(e, now, history.get(e.task, ())))
+        for e in executions
+    ]
+
+
+def execution_snapshot(
+    execution: Execution, resumed_by: str | None = None, *, eta: datetime | None = None
+) -> dict[str, Any]:
     """Everything people need to know about one execution (``resumed_by``: the id of its
-    resume, when it was resumed)."""
+    resume, when it was resumed; ``eta``: when it will likely end, see
+    ``ecron.core.estimate_end``; alerts, about ended executions, have none)."""
     return {
         "id": execution.eid,
         "task": execution.task,
@@ -35,6 +55,8 @@ def execution_snapshot(execution: Execution, resumed_by: str | None = None) -> d
         "resume_attempt": execution.resume_attempt,
         "resumed_by": resumed_by,
         "cancel_acknowledged": execution.cancel_acknowledged,
+        "eta": iso(eta),
+        "upstream": None,  # chains (DESIGN.md, "Scheduling rules") are not built yet
         "probe_failures": execution.probe_failures,
         "owner": execution.owner,
         "steps": [step_snapshot(step) for step in execution.steps],
@@ -57,10 +79,11 @@ def step_snapshot(step: Step) -> dict[str, Any]:
 
 
 def task_snapshot(
-    task: TaskState, last: Execution | None, claimed: datetime | None = None
+    task: TaskState, last: dict[str, Any] | None, claimed: datetime | None = None
 ) -> dict[str, Any]:
-    """A task's definition (secrets redacted) and where it stands. ``claimed``: its earliest
-    fire time claimed ahead, which comes before the task row's next one."""
+    """A task's definition (secrets redacted) and where it stands. ``last``: the snapshot of
+    its newest execution; ``claimed``: its earliest fire time claimed ahead, which comes
+    before the task row's next one."""
     spec = task.spec
     upcoming = [when for when in (claimed, task.next_fire_at) if when is not None]
     return {
@@ -78,5 +101,5 @@ def task_snapshot(
         "mode": spec.mode,
         "idempotent": spec.idempotent,
         "steps": list(spec.step_names),
-        "last_execution": None if last is None else execution_snapshot(last),
+        "last_execution": last,
     }

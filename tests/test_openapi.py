@@ -145,6 +145,8 @@ async def test_answers_of_a_live_daemon_match_their_documented_schemas(
         await api.send("GET", "/readyz", headers={})
         await api.send("GET", "/metrics", headers={})
         await api.send("GET", "/", headers={})
+        await api.send("GET", "/static/{name}", "/static/dashboard.js", headers={})
+        await api.send("GET", "/static/{name}", "/static/no-such.js", headers={})
     assert api.problems == []
     statuses = {(method, path): set() for method, path, _ in api.seen}
     for method, path, status in api.seen:
@@ -154,4 +156,5 @@ async def test_answers_of_a_live_daemon_match_their_documented_schemas(
     assert statuses["POST", cancel] == {200, 409} and statuses["POST", resume] == {202, 409}
     assert statuses["GET", "/api/v1/tasks"] == {200, 401}
     assert statuses["POST", pause] == {200, 400}
+    assert statuses["GET", "/static/{name}"] == {200, 404}
     assert len(statuses) == len(openapi.OPERATIONS) - 1  # all but the document itself

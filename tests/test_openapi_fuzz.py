@@ -7,7 +7,6 @@ pauses, cancels, resumes and callbacks are exercised too, not only 404s."""
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -156,9 +155,7 @@ async def test_schemathesis_finds_no_server_error_and_no_answer_outside_the_docu
             eids=tuple(eids[:4]),
             reported=(*eids[4:], f"{eids[1]}.2"),
         )
-        started = time.monotonic()
         seen, found = await asyncio.to_thread(fuzz, live)
-        took = time.monotonic() - started
     assert found == []
     reached = {label: statuses - {404} for label, statuses in seen.items()}
     assert {202} <= reached["POST /api/v1/tasks/{name}/run"]
@@ -169,4 +166,3 @@ async def test_schemathesis_finds_no_server_error_and_no_answer_outside_the_docu
     assert {200, 400} <= reached["POST /api/v1/executions/{eid}/report"]
     described = {f"{op.method} {op.path}" for op in openapi.OPERATIONS}
     assert set(seen) == described - {f"GET {openapi.PATH}"}  # schemathesis skips its source
-    assert took < 45, f"the fuzzing took {took:.1f}s"

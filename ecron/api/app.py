@@ -17,8 +17,10 @@ log = structlog.get_logger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-#: Paths that never ask for the API token (the OpenAPI document holds no data either).
+#: Paths that never ask for the API token (the OpenAPI document holds no data either), and
+#: the prefix of the dashboard's files (which hold no data either).
 OPEN_PATHS = ("/", "/healthz", "/readyz", "/metrics", openapi.PATH)
+OPEN_PREFIX = dashboard.STATIC
 
 
 @web.middleware
@@ -62,7 +64,7 @@ def auth_middleware(token: str | None) -> Any:
 
 def _is_open(request: web.Request) -> bool:
     path = request.path
-    if path in OPEN_PATHS:
+    if path in OPEN_PATHS or path.startswith(OPEN_PREFIX):
         return True
     return (
         request.method == "POST"

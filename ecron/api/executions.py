@@ -12,7 +12,7 @@ from ecron.core import Execution, InvalidReport, RemoteStatus, Status, parse_rep
 from ecron.errors import NotFound
 from ecron.ids import split_remote_id
 from ecron.signing import token_matches
-from ecron.snapshots import execution_snapshot, step_snapshot
+from ecron.snapshots import execution_snapshots, step_snapshot
 
 routes = web.RouteTableDef()
 
@@ -52,9 +52,10 @@ async def list_executions(request: web.Request) -> web.Response:
 
 
 async def snapshots(request: web.Request, executions: list[Execution]) -> list[dict[str, Any]]:
-    """Snapshots of ``executions``, each naming its resume when it has one."""
-    resumes = await context(request).store.resumes_of([e.eid for e in executions])
-    return [execution_snapshot(e, resumes.get(e.eid)) for e in executions]
+    """Snapshots of ``executions``, each naming its resume when it has one, with its ETA
+    (the store read once for the lot, see ``execution_snapshots``)."""
+    ctx = context(request)
+    return await execution_snapshots(ctx.store, executions, ctx.clock.now())
 
 
 async def snapshot(request: web.Request, execution: Execution) -> dict[str, Any]:

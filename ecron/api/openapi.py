@@ -308,6 +308,19 @@ OPERATIONS: tuple[Operation, ...] = (
         {200: (("text/html", {"type": "string"}), "the page")},
         security=NO_TOKEN,
     ),
+    Operation(
+        "GET",
+        "/static/{name}",
+        "root",
+        "A file of the dashboard",
+        "One of the dashboard's scripts (text/javascript) or its style sheet (text/css).",
+        {
+            200: (("text/javascript", {"type": "string"}), "the file (or text/css)"),
+            404: (ERROR, "no dashboard file of that name"),
+        },
+        parameters=(_path_parameter("name", "the file's name", minLength=1),),
+        security=NO_TOKEN,
+    ),
 )
 
 _INTRO = """\

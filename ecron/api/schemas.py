@@ -86,14 +86,12 @@ class ExecutionSnapshot(Answer):
     )
     probe_failures: int = Field(ge=0)
     owner: str | None = Field(description="the node that holds, or last held, it")
-    # Not required: the daemon sends them once ETAs and chains are in (DESIGN.md, "API").
     eta: Time | None = Field(
-        default=None,
         description="estimated end while RUNNING (from the progress rate so far or, before "
         "any progress, from the task's recent successful durations); else null",
     )
     upstream: str | None = Field(
-        default=None, description="for a chained task, the upstream execution that set it off"
+        description="for a chained task, the upstream execution that set it off; else null"
     )
     steps: list[StepSnapshot] = Field(description="the steps, in order; [] for a one-call task")
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from ecron.api.context import NUL, context, error
+from ecron.api.executions import snapshot, snapshots
 from ecron.errors import NotFound
-from ecron.snapshots import execution_snapshot, task_snapshot
+from ecron.snapshots import task_snapshot
 from ecron.store.base import TaskState
 
 routes = web.RouteTableDef()
@@ -15,25 +18,22 @@ routes = web.RouteTableDef()
 @routes.get("/api/v1/tasks")
 async def list_tasks(request: web.Request) -> web.Response:
     """Every task that is not retired, by name."""
+    tasks = await context(request).store.list_tasks()
+    return web.json_response({"items": await _snapshots(request, tasks)})
+
+
+async def _snapshots(request: web.Request, tasks: list[TaskState]) -> list[dict[str, Any]]:
+    """Task snapshots, their last executions' snapshots read in one go for the lot."""
     store = context(request).store
-    tasks = await store.list_tasks()
     names = [task.name for task in tasks]
     last = await store.last_executions(names)
     claimed = await store.claimed_fire_times(names)
-    return web.json_response(
-        {
-            "items": [
-                task_snapshot(task, last.get(task.name), claimed.get(task.name)) for task in tasks
-            ]
-        }
-    )
+    shown = dict(zip(last, await snapshots(request, list(last.values())), strict=True))
+    return [task_snapshot(task, shown.get(task.name), claimed.get(task.name)) for task in tasks]
 
 
-async def _snapshot(request: web.Request, task: TaskState) -> dict[str, object]:
-    store = context(request).store
-    last = await store.last_executions([task.name])
-    claimed = await store.claimed_fire_times([task.name])
-    return task_snapshot(task, last.get(task.name), claimed.get(task.name))
+async def _snapshot(request: web.Request, task: TaskState) -> dict[str, Any]:
+    return (await _snapshots(request, [task]))[0]
 
 
 async def _task(request: web.Request) -> TaskState:
@@ -59,7 +59,7 @@ async def run_task(request: web.Request) -> web.Response:
     if not context(request).commands.knows(task.name):
         raise NotFound(f"task {task.name!r} is not in this node's config")
     execution, created = await context(request).commands.run_now(task.name)
-    return web.json_response(execution_snapshot(execution), status=202 if created else 200)
+    return web.json_response(await snapshot(request, execution), status=202 if created else 200)
 
 
 @routes.post("/api/v1/tasks/{name}/pause")

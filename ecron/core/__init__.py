@@ -3,6 +3,7 @@
 Nothing here does I/O or reads a clock.
 """
 
+from ecron.core.eta import RECENT_RUNS, estimate_end, needs_history, typical_duration
 from ecron.core.machine import (
     CancelSent,
     Event,
@@ -35,6 +36,7 @@ __all__ = [
     "FINAL",
     "HELD",
     "INTERRUPTED_REASONS",
+    "RECENT_RUNS",
     "CancelSent",
     "Channel",
     "Event",
@@ -56,5 +58,8 @@ __all__ = [
     "apply",
     "current_step",
     "deadline_passed",
+    "estimate_end",
+    "needs_history",
     "parse_report",
+    "typical_duration",
 ]

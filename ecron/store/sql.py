@@ -1,7 +1,8 @@
 """``SqlStore``: the one store implementation, for SQLite and PostgreSQL.
 
 Reads and the state writes of executions live here; claims and leases in
-``sql_leases``, tasks in ``sql_tasks``. Every operation but ``ping`` and ``exclusive`` is
+``sql_leases``, tasks in ``sql_tasks``, lookups by eid prefix and of recent durations in
+``sql_lookups``. Every operation but ``ping`` and ``exclusive`` is
 one transaction run again on a transient error (``retry``, whose docstring says why that
 is safe for each kind); the dialect's statements and batches are chosen once, here.
 """
@@ -31,6 +32,7 @@ from ecron.store.mapping import (
 )
 from ecron.store.retry import retried, retrying
 from ecron.store.sql_leases import LeaseOperations, advance_batch, take_batch
+from ecron.store.sql_lookups import LookupOperations
 from ecron.store.sql_tasks import TaskOperations, successes_batch
 from ecron.store.tables import (
     execution_table,
@@ -76,7 +78,7 @@ _STEP_UPDATE = (
 )
 
 
-class SqlStore(LeaseOperations, TaskOperations, Store):
+class SqlStore(LeaseOperations, TaskOperations, LookupOperations, Store):
     """The store on SQLAlchemy Core; see ``Store`` for the contract of each operation."""
 
     def __init__(self, engines: Engines) -> None:

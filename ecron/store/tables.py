@@ -34,6 +34,8 @@ class UTCDateTime(sa.types.TypeDecorator[datetime]):
 _ACTIVE_SQL = "status IN ('PENDING', 'RUNNING')"
 #: Statuses held under a lease (kept in step with core.HELD).
 _HELD_SQL = "status IN ('SCHEDULED', 'PENDING', 'RUNNING')"
+#: Successful executions, for the partial index of recent durations.
+_SUCCESS_SQL = "status = 'SUCCESS'"
 
 
 class TaskRow(SQLModel, table=True):
@@ -82,6 +84,14 @@ class ExecutionRow(SQLModel, table=True):
             "task",
             sqlite_where=sa.text(_ACTIVE_SQL),
             postgresql_where=sa.text(_ACTIVE_SQL),
+        ),
+        # A task's newest successful runs (their durations feed the ETA).
+        sa.Index(
+            "ix_execution_task_success",
+            "task",
+            "eid",
+            sqlite_where=sa.text(_SUCCESS_SQL),
+            postgresql_where=sa.text(_SUCCESS_SQL),
         ),
     )
 

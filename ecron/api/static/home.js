@@ -1,0 +1,140 @@
+// The home view: tasks, running executions, and the history with its filters and pages.
+// The filters live in the fragment, #/?task=&status=&limit=, the API's own query.
+
+import {
+  RESUMABLE, STATUSES, barColumn, button, counted, etaText, executionLink, get, h,
+  put, quote, statusNode, stepsInline, syncRows, textOf, timeNode,
+} from "./view.js";
+
+// Where the history stands: the `before` cursors of the pages above this one.
+const paging = {cursors: [], next: null, key: ""};
+
+const TASK_COLUMNS = [
+  t => [t.name, () => h("a", {href: "#/?task=" + quote(t.name)}, h("code", {}, t.name))],
+  t => [t.schedule_text, () => t.schedule_text],
+  t => [t.next_fire_at, () => timeNode(t.next_fire_at)],
+  t => [[t.paused, t.paused_reason, t.enabled], () => t.paused
+    ? [h("span", {class: "status PENDING"}, "paused"), " ",
+      h("span", {class: "muted paused-reason"}, textOf(t.paused_reason))]
+    : t.enabled ? "active" : "disabled"],
+  t => {
+    const last = t.last_execution;
+    return [last && [last.id, last.status, last.reason], () => last
+      ? [statusNode(last), " ", executionLink(last.id)] : "–"];
+  },
+  t => [t.paused, () => [button("run now", "run", t.name),
+    t.paused ? button("unpause", "unpause", t.name) : button("pause", "pause", t.name)]],
+];
+
+const RUNNING_COLUMNS = [
+  e => [[e.id, e.steps.map(s => s.status)], () => [executionLink(e.id), stepsInline(e)]],
+  e => [e.task, () => e.task],
+  e => [[e.status, e.reason], () => statusNode(e)],
+  barColumn(e => `progress of ${e.id}`),
+  e => { const text = etaText(e); return [text, () => h("span", {class: "eta"}, text)]; },
+  e => [e.message, () => h("span", {class: "message"}, textOf(e.message))],
+  e => [e.id, () => button("cancel", "cancel", e.id)],
+];
+
+const HISTORY_COLUMNS = [
+  e => [[e.id, e.steps.map(s => s.status)], () => [executionLink(e.id), stepsInline(e)]],
+  e => [e.task, () => e.task],
+  e => [[e.status, e.reason], () => statusNode(e)],
+  e => [[e.trigger_kind, e.attempt], () => e.attempt > 1
+    ? `${e.trigger_kind}, attempt ${e.attempt}` : e.trigger_kind],
+  e => [e.scheduled_at, () => timeNode(e.scheduled_at)],
+  e => [e.finished_at, () => timeNode(e.finished_at)],
+  e => [e.message, () => h("span", {class: "message"}, textOf(e.message))],
+  e => {
+    const resumable = RESUMABLE.has(e.status) && !e.resumed_by;
+    return [[resumable, e.resumed_by], () => resumable ? button("resume", "resume", e.id)
+      : e.resumed_by ? ["resumed by ", executionLink(e.resumed_by)] : null];
+  },
+];
+
+
+const PAGE_SIZES = ["10", "50", "200"];
+const DEFAULT_PAGE_SIZE = "50";
+
+// The history's filters, from the fragment: #/?task=&status=&limit= (the API's query).
+export function homeFilters() {
+  const query = new URLSearchParams(location.hash.replace(/^#\/?\??/, ""));
+  const limit = query.get("limit") || "";
+  return {task: query.get("task") || "", status: (query.get("status") || "").toUpperCase(),
+    limit: /^[1-9][0-9]{0,2}$/.test(limit) ? limit : DEFAULT_PAGE_SIZE};
+}
+
+function historyPath(filters) {
+  const query = new URLSearchParams({limit: filters.limit});
+  if (filters.task) query.set("task", filters.task);
+  if (filters.status) query.set("status", filters.status);
+  const before = paging.cursors[paging.cursors.length - 1];
+  if (before) query.set("before", before);
+  return "/executions?" + query;
+}
+
+function fillSelect(id, values, chosen, anyLabel) {
+  const select = document.getElementById(id);
+  const all = [...new Set([...values, chosen].filter(Boolean))];
+  put(select, all, () => [anyLabel ? h("option", {value: ""}, anyLabel) : null,
+    all.map(value => h("option", {value}, value))]);
+  select.value = chosen;
+}
+
+function fillFilters(tasks, filters) {
+  fillSelect("filter-task", tasks.map(t => t.name).sort(), filters.task, "all tasks");
+  fillSelect("filter-status", STATUSES, filters.status, "any status");
+  const sizes = [...new Set([...PAGE_SIZES, filters.limit])].sort((a, b) => a - b);
+  fillSelect("filter-limit", sizes, filters.limit, null);
+}
+
+export async function refreshHome() {
+  document.title = "ecron";
+  const filters = homeFilters();
+  const key = JSON.stringify(filters);
+  if (key !== paging.key) { paging.key = key; paging.cursors = []; }
+  const [tasks, running, pending, history] = await Promise.all([
+    get("/tasks"),
+    get("/executions?status=RUNNING&limit=200"),
+    get("/executions?status=PENDING&limit=200"),
+    get(historyPath(filters)),
+  ]);
+  const active = [...running.items, ...pending.items];
+  fillFilters(tasks.items, filters);
+  syncRows(document.getElementById("tasks"), tasks.items, t => t.name, TASK_COLUMNS,
+    "no tasks");
+  syncRows(document.getElementById("running"), active, e => e.id, RUNNING_COLUMNS,
+    "nothing running");
+  const what = [filters.task && `task ${filters.task}`, filters.status].filter(Boolean);
+  syncRows(document.getElementById("history"), history.items, e => e.id, HISTORY_COLUMNS,
+    what.length ? `no executions of ${what.join(", ")} here` : "no executions here");
+  paging.next = history.next;
+  document.getElementById("page-older").disabled = !history.next;
+  document.getElementById("page-newer").disabled = !paging.cursors.length;
+  document.getElementById("page-newest").disabled = !paging.cursors.length;
+  document.getElementById("page-number").textContent = `page ${paging.cursors.length + 1}`;
+  document.getElementById("summary").textContent = `${counted(tasks.items.length, "task")}, ` +
+    `${counted(active.length, "execution")} active; updated ${new Date().toLocaleTimeString()}`;
+}
+
+// The fragment that shows the history with these filters (from its first page).
+export function filtersHash(filters) {
+  const query = new URLSearchParams();
+  if (filters.task) query.set("task", filters.task);
+  if (filters.status) query.set("status", filters.status);
+  if (filters.limit && filters.limit !== DEFAULT_PAGE_SIZE) query.set("limit", filters.limit);
+  return "#/" + (query.toString() ? "?" + query : "");
+}
+
+// Moves the history a page older, newer, or back to the newest; false if it cannot.
+export function turnPage(where) {
+  if (where === "older") {
+    if (!paging.next) return false;
+    paging.cursors = [...paging.cursors, paging.next];
+  } else if (where === "newer") {
+    paging.cursors = paging.cursors.slice(0, -1);
+  } else {
+    paging.cursors = [];
+  }
+  return true;
+}

@@ -1,0 +1,175 @@
+// The pieces the dashboard's views are built of: the API call, and elements made from text.
+//
+// Every value that comes from the API goes into the page as text (textContent, or an
+// attribute set with setAttribute), never parsed as HTML: a message holding <script> shows
+// as those characters.
+
+export const API = "/api/v1";
+export const TOKEN_KEY = "ecron-token";
+export const STATUSES = ["SCHEDULED", "PENDING", "RUNNING", "SUCCESS", "FAILED", "TIMED_OUT",
+  "CANCELLED", "SKIPPED"];
+export const ACTIVE = new Set(["PENDING", "RUNNING"]);
+export const RESUMABLE = new Set(["FAILED", "TIMED_OUT", "CANCELLED"]);
+export const FINAL = new Set(["SUCCESS", "FAILED", "TIMED_OUT", "CANCELLED", "SKIPPED"]);
+
+// ---- the API ----
+
+export class ApiError extends Error {
+  constructor(status, message) { super(message); this.status = status; }
+}
+
+export function savedToken() {
+  try { return localStorage.getItem(TOKEN_KEY) || ""; } catch { return ""; }
+}
+
+export async function call(method, path) {
+  const token = savedToken();
+  const headers = {Accept: "application/json"};
+  if (token) headers.Authorization = "Bearer " + token;
+  let answer;
+  try {
+    answer = await fetch(API + path, {method, headers, cache: "no-store"});
+  } catch (error) {
+    throw new ApiError(0, `ecron does not answer (${method} ${API}${path}): ${error.message}`);
+  }
+  let body = null;
+  try { body = await answer.json(); } catch { body = null; }
+  if (answer.status === 401) {
+    throw new ApiError(401, token
+      ? "401 Unauthorized: the API answered that the saved API token is wrong. " +
+        "Enter the right one under “API token” and press Save token."
+      : "401 Unauthorized: this ecron wants an API token. " +
+        "Enter it under “API token” and press Save token.");
+  }
+  if (!answer.ok) {
+    const why = (body && body.error) || answer.statusText;
+    throw new ApiError(answer.status, `${method} ${API}${path}: ${answer.status} ${why}`);
+  }
+  return {status: answer.status, body};
+}
+
+export const get = path => call("GET", path).then(answer => answer.body);
+export const quote = encodeURIComponent;
+
+// ---- building the page, as text ----
+
+export function h(tag, props, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props || {})) {
+    if (value == null || value === false) continue;
+    if (key === "class") node.className = value;
+    else node.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children.flat(Infinity)) {
+    if (child != null) node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+// Fills `node` with what `build` makes, unless it already shows the same `signature`:
+// what did not change is left alone (focus and a button about to be clicked survive).
+export function put(node, signature, build) {
+  const sig = JSON.stringify(signature);
+  if (node.dataset.sig === sig) return;
+  node.dataset.sig = sig;
+  node.replaceChildren(...[build()].flat(Infinity).filter(child => child != null));
+}
+
+// Changes a live region only when its text changes (a screen reader says each change).
+export function setText(id, text) {
+  const node = document.getElementById(id);
+  if (node.textContent !== text) node.textContent = text;
+}
+
+export function counted(number, thing) {
+  return `${number} ${thing}${number === 1 ? "" : "s"}`;
+}
+
+export function textOf(value) { return value == null || value === "" ? "–" : String(value); }
+
+export function when(iso) { return iso ? new Date(iso).toLocaleString() : "–"; }
+
+export function timeNode(iso) {
+  return iso ? h("time", {datetime: iso, title: iso}, when(iso)) : "–";
+}
+
+export function executionLink(id) {
+  return h("a", {href: "#/executions/" + quote(id), class: "id"}, id);
+}
+
+export function statusNode(item) {
+  return h("span", {},
+    h("span", {class: "status " + item.status}, item.status),
+    item.reason ? h("span", {class: "muted"}, ` (${item.reason})`) : null);
+}
+
+export function percent(progress) {
+  return Math.max(0, Math.min(100, Number(progress) || 0));
+}
+
+export function bar(label) {
+  return h("div", {class: "bar", role: "progressbar", "aria-label": label,
+    "aria-valuemin": 0, "aria-valuemax": 100, "aria-valuenow": 0},
+  h("span", {class: "fill"}), h("span", {class: "pct", "aria-hidden": "true"}, "0%"));
+}
+
+export function setBar(node, progress) {
+  const p = percent(progress);
+  const shown = `${p.toFixed(0)}%`;
+  node.setAttribute("aria-valuenow", String(p));
+  node.setAttribute("aria-valuetext", shown);
+  node.querySelector(".fill").style.width = `${p}%`; // CSSOM: allowed by the style CSP
+  node.querySelector(".pct").textContent = shown;
+}
+
+// The API's `eta` (the estimated end, RFC 3339) as time left from now.
+export function etaText(item) {
+  if (!ACTIVE.has(item.status)) return "–";
+  if (!item.eta) return "no estimate yet";
+  const left = (Date.parse(item.eta) - Date.now()) / 1000;
+  if (!(left > 0)) return "any moment now";
+  if (left < 60) return `about ${Math.max(1, Math.round(left))} s left`;
+  if (left < 5400) return `about ${Math.round(left / 60)} min left`;
+  return `about ${(left / 3600).toFixed(1)} h left`;
+}
+
+export function button(label, action, target, name) {
+  return h("button", {type: "button", "data-action": action, "data-target": target,
+    "aria-label": `${label} ${name || target}`}, label);
+}
+
+// ---- tables whose rows are kept from one refresh to the next ----
+
+// `columns`: per column, item => [signature, build, after]; `after(cell)` runs every time.
+export function syncRows(table, items, keyOf, columns, empty) {
+  const body = table.tBodies[0];
+  const old = new Map([...body.rows].filter(r => r.dataset.key).map(r => [r.dataset.key, r]));
+  const rows = items.map(item => {
+    const key = keyOf(item);
+    const row = old.get(key) || h("tr", {"data-key": key}, columns.map(() => h("td")));
+    columns.forEach((column, index) => {
+      const [signature, build, after] = column(item);
+      put(row.cells[index], signature, build);
+      if (after) after(row.cells[index]);
+    });
+    return row;
+  });
+  if (!rows.length) {
+    rows.push(h("tr", {}, h("td", {colspan: columns.length, class: "muted"}, empty)));
+  }
+  const same = rows.length === body.rows.length && rows.every((row, i) => row === body.rows[i]);
+  if (!same) body.replaceChildren(...rows);
+}
+
+// A column holding a progress bar, kept from one refresh to the next and moved in place.
+export const barColumn = label => item => {
+  const name = label(item);
+  return [["bar", name], () => bar(name), cell => setBar(cell.firstChild, item.progress)];
+};
+
+export function stepsInline(item) {
+  if (!item.steps || !item.steps.length) return null;
+  return h("div", {class: "steps-inline muted"}, item.steps.map((step, i) => [
+    i ? " · " : "", `${step.number}. ${step.name} `,
+    h("span", {class: step.status}, step.status)]));
+}

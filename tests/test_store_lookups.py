@@ -1,0 +1,126 @@
+"""Store reads for people, on SQLite and PostgreSQL from the shared fixture: the durations
+of a task's recent successful runs (the ETA before any progress rests on them)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from ecron.core import Execution, Status, TriggerKind
+from ecron.ids import new_eid
+from ecron.store.sql import SqlStore
+from ecron.store.sql_lookups import durations_query
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def ended(task: str, took: float | None, status: Status = Status.SUCCESS, **more: Any) -> Execution:
+    """An execution of ``task`` triggered at ``T0`` that ended after ``took`` seconds (None:
+    still running)."""
+    values: dict[str, Any] = {
+        "eid": new_eid(),
+        "task": task,
+        "scheduled_at": T0,
+        "created_at": T0,
+        "status": status if took is not None else Status.RUNNING,
+        "triggered_at": T0,
+        "finished_at": None if took is None else T0 + timedelta(seconds=took),
+    }
+    values.update(more)
+    return Execution(**values)
+
+
+async def add(store: SqlStore, *executions: Execution) -> None:
+    """Store ``executions`` (of one task, each has a fire time of its own)."""
+    for one in executions:
+        assert await store.create_execution(one) is not None
+
+
+@contextmanager
+def statements(store: SqlStore) -> Iterator[list[str]]:
+    """The SQL statements the store's reader sends while the block runs."""
+    sent: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        sent.append(statement)
+
+    engine = store.engines.reader.sync_engine
+    sa.event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield sent
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", record)
+
+
+async def test_recent_durations_are_the_newest_successful_full_runs_of_each_task(
+    store: SqlStore,
+) -> None:
+    """Per task, newest first and at most ``count``: the time from the first trigger to
+    the end of its SUCCESS executions; failures, running ones, resumes (which ran part of
+    the work) and other tasks' runs are left out; a task without any is not in the answer."""
+    runs = [
+        ended("etl", float(seconds), scheduled_at=T0 + timedelta(minutes=seconds))
+        for seconds in (10, 20, 30, 40)
+    ]
+    await add(store, *runs)
+    await add(
+        store,
+        ended("etl", 99.0, Status.FAILED, scheduled_at=T0 + timedelta(hours=1)),
+        ended("etl", None, scheduled_at=T0 + timedelta(hours=2)),
+        ended(
+            "etl",
+            1.0,
+            trigger_kind=TriggerKind.RESUME,
+            resume_attempt=1,
+            resume_of=runs[0].eid,
+            scheduled_at=runs[0].scheduled_at,
+        ),
+        ended("report", 5.0),
+        ended("broken", 5.0, Status.FAILED),
+    )
+    found = await store.recent_durations(["etl", "report", "broken", "nothing"], 3)
+    assert found == {
+        "etl": [timedelta(seconds=40), timedelta(seconds=30), timedelta(seconds=20)],
+        "report": [timedelta(seconds=5)],
+    }
+    assert await store.recent_durations([], 3) == {}
+
+
+async def test_durations_of_many_tasks_take_one_statement_per_hundred_of_them(
+    store: SqlStore,
+) -> None:
+    """A list answer asks about every task it shows at once: 101 tasks are read in two
+    statements, not one per task."""
+    names = [f"task-{n:03d}" for n in range(101)]
+    await asyncio.gather(*(add(store, ended(name, n + 1.0)) for n, name in enumerate(names)))
+    with statements(store) as sent:
+        found = await store.recent_durations(names, 20)
+    assert len(found) == 101 and found["task-100"] == [timedelta(seconds=101)]
+    assert len([s for s in sent if s.startswith("SELECT")]) == 2, sent
+
+
+async def test_the_durations_query_reads_the_success_index_of_each_task(
+    store: SqlStore,
+) -> None:
+    """The database's own plan for the query walks ``ix_execution_task_success`` (task,
+    eid, successes only) rather than the table, on SQLite and PostgreSQL alike."""
+    await add(
+        store,
+        *(ended("etl", float(n), scheduled_at=T0 + timedelta(minutes=n)) for n in range(1, 30)),
+    )
+    async with store.engines.read() as conn:
+        compiled = durations_query(["etl", "report"], 20).compile(
+            dialect=conn.dialect, compile_kwargs={"literal_binds": True}
+        )
+        if store.dialect.name == "postgresql":
+            await conn.exec_driver_sql("SET enable_seqscan = off")  # a tiny table otherwise
+            plan = [row[0] for row in await conn.exec_driver_sql(f"EXPLAIN {compiled}")]
+        else:
+            rows = await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {compiled}")
+            plan = [row[-1] for row in rows]
+    assert any("ix_execution_task_success" in line for line in plan), plan
