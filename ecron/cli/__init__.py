@@ -9,6 +9,13 @@ __all__ = ["cli", "main"]
 
 def main() -> None:
     """Entry point of the ``ecron`` console script."""
-    from ecron.cli import client_cmds, daemon_cmds, demo, validate  # noqa: F401  (registers commands)
+    from ecron.cli import (  # noqa: F401  (registers commands)
+        action_cmds,
+        client_cmds,
+        daemon_cmds,
+        demo,
+        validate,
+        watch,
+    )
 
     cli()
