@@ -1,5 +1,6 @@
 """Store reads for people, on SQLite and PostgreSQL from the shared fixture: the durations
-of a task's recent successful runs (the ETA before any progress rests on them)."""
+of a task's recent successful runs (the ETA before any progress rests on them), and the
+executions whose eid starts with a prefix (a unique one names an execution)."""
 
 from __future__ import annotations
 
