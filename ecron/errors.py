@@ -6,6 +6,8 @@ where there is one, what to do about it.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class EcronError(Exception):
     """Base class of every error raised by ecron on purpose."""
@@ -37,3 +39,12 @@ class Conflict(EcronError):
 
 class NothingToResume(Conflict):
     """A resume would have no step left to run (the config dropped them meanwhile)."""
+
+
+class Ambiguous(Conflict):
+    """A name that fits several things, such as the start of several execution ids;
+    ``candidates`` describes them (JSON), for the person to choose."""
+
+    def __init__(self, message: str, candidates: list[dict[str, Any]]) -> None:
+        self.candidates = candidates
+        super().__init__(message)

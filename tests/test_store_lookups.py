@@ -1,5 +1,6 @@
 """Store reads for people, on SQLite and PostgreSQL from the shared fixture: the durations
-of a task's recent successful runs (the ETA before any progress rests on them)."""
+of a task's recent successful runs (the ETA before any progress rests on them), and the
+executions whose eid starts with a prefix (a unique one names an execution)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import sqlalchemy as sa
 from ecron.core import Execution, Status, TriggerKind
 from ecron.ids import new_eid
 from ecron.store.sql import SqlStore
-from ecron.store.sql_lookups import durations_query
+from ecron.store.sql_lookups import durations_query, prefix_query
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -124,3 +125,59 @@ async def test_the_durations_query_reads_the_success_index_of_each_task(
             rows = await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {compiled}")
             plan = [row[-1] for row in rows]
     assert any("ix_execution_task_success" in line for line in plan), plan
+
+
+def named(eid: str, task: str = "etl", status: Status = Status.SUCCESS) -> Execution:
+    """An execution with the given eid (each its own fire time)."""
+    at = T0 + timedelta(seconds=int(eid[-4:], 16))
+    return Execution(eid=eid, task=task, scheduled_at=at, created_at=at, status=status)
+
+
+PREFIXED = [
+    "01a2276a-4480-73e8-967c-b18487cf0001",
+    "01a2276a-4480-73e8-967c-b18487cf0002",
+    "01a2276a-5e56-72c0-85ae-075f0d450003",
+    "01a2276b-0000-7000-8000-000000000004",
+]
+
+
+async def test_an_eid_prefix_finds_the_executions_whose_eids_start_with_it(
+    store: SqlStore,
+) -> None:
+    """By eid, at most ``limit`` of them, SCHEDULED claims too; a prefix that ends on a
+    dash or runs to the whole id works alike (the ids compare as bytes, whatever the
+    database's collation makes of a dash)."""
+    await add(store, *(named(eid) for eid in PREFIXED[:3]))
+    await add(store, named(PREFIXED[3], status=Status.SCHEDULED))
+
+    async def ids(prefix: str, limit: int = 10) -> list[str]:
+        return [e.eid for e in await store.executions_by_prefix(prefix, limit)]
+
+    assert await ids("01a2276a-") == PREFIXED[:3]
+    assert await ids("01a2276a") == PREFIXED[:3]
+    assert await ids("01a2276a-4480-73e8-967c-b18487cf000") == PREFIXED[:2]
+    assert await ids("01a2276a-5") == [PREFIXED[2]]
+    assert await ids(PREFIXED[1]) == [PREFIXED[1]]
+    assert await ids("01a2276") == PREFIXED
+    assert await ids("01a2276", limit=2) == PREFIXED[:2]
+    assert await ids("01a2276c") == [] and await ids("") == []
+    found = await store.executions_by_prefix("01a2276b", 10)
+    assert found[0].status is Status.SCHEDULED and found[0].task == "etl"
+
+
+async def test_the_prefix_query_reads_an_index_of_the_ids_as_bytes(store: SqlStore) -> None:
+    """The database's own plan walks an index: SQLite's primary key (its text compares
+    as bytes), PostgreSQL's ``ix_execution_eid_prefix`` (``varchar_pattern_ops``)."""
+    await add(store, *(named(eid) for eid in PREFIXED))
+    index = "ix_execution_eid_prefix" if store.dialect.name == "postgresql" else "sqlite_autoindex"
+    async with store.engines.read() as conn:
+        compiled = prefix_query(store.dialect, "01a2276a-", 11).compile(
+            dialect=conn.dialect, compile_kwargs={"literal_binds": True}
+        )
+        if store.dialect.name == "postgresql":
+            await conn.exec_driver_sql("SET enable_seqscan = off")  # a tiny table otherwise
+            plan = [row[0] for row in await conn.exec_driver_sql(f"EXPLAIN {compiled}")]
+        else:
+            rows = await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {compiled}")
+            plan = [row[-1] for row in rows]
+    assert any(index in line for line in plan), plan

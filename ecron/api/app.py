@@ -11,7 +11,7 @@ from aiohttp import web
 
 from ecron.api import dashboard, executions, health, openapi, tasks
 from ecron.api.context import CONTEXT, ApiContext, error
-from ecron.errors import Conflict, NotFound
+from ecron.errors import Ambiguous, Conflict, NotFound
 
 log = structlog.get_logger(__name__)
 
@@ -30,6 +30,8 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         return await handler(request)
     except NotFound as exc:
         return error(404, str(exc))
+    except Ambiguous as exc:
+        return error(409, str(exc), exc.candidates)
     except Conflict as exc:
         return error(409, str(exc))
     except web.HTTPException as exc:

@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from aiohttp import web
 
 from ecron.api.context import NUL, context, error
+from ecron.clock import iso
 from ecron.core import Execution, InvalidReport, RemoteStatus, Status, parse_report
-from ecron.errors import NotFound
+from ecron.errors import Ambiguous, NotFound
 from ecron.ids import split_remote_id
 from ecron.signing import token_matches
 from ecron.snapshots import execution_snapshots, step_snapshot
+from ecron.store.base import Store
 
 routes = web.RouteTableDef()
 
 #: Page size when none is asked for, and the most one page may hold.
 DEFAULT_LIMIT, MAX_LIMIT = 50, 500
+#: An execution id's characters (UUID text): what a prefix of one may be made of.
+_PREFIX = re.compile(r"[0-9a-f-]{1,36}")
+#: How many of the executions an ambiguous prefix names its answer lists.
+CANDIDATES = 10
 
 
 @routes.get("/api/v1/executions")
@@ -64,11 +71,32 @@ async def snapshot(request: web.Request, execution: Execution) -> dict[str, Any]
 
 
 async def _execution(request: web.Request) -> Execution:
-    eid = request.match_info["eid"]
-    execution = None if NUL in eid else await context(request).store.get_execution(eid)
-    if execution is None:
-        raise NotFound(f"no execution {eid!r}")
-    return execution
+    return await find_execution(context(request).store, request.match_info["eid"])
+
+
+async def find_execution(store: Store, name: str) -> Execution:
+    """The execution ``name`` names: its eid, or a unique prefix of it (in any case, like
+    git's object names). Raises ``NotFound`` when it names none, ``Ambiguous`` (409, with
+    up to ``CANDIDATES`` of them) when it is the start of several eids."""
+    execution = None if NUL in name else await store.get_execution(name)
+    if execution is not None:
+        return execution
+    prefix = name.lower()
+    found = []
+    if _PREFIX.fullmatch(prefix):
+        found = await store.executions_by_prefix(prefix, CANDIDATES + 1)
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise NotFound(f"no execution {name!r}")
+    many = f"more than {CANDIDATES}" if len(found) > CANDIDATES else str(len(found))
+    raise Ambiguous(
+        f"{name!r} is the start of {many} execution ids; give more of the id",
+        [
+            {"id": e.eid, "task": e.task, "status": str(e.status), "created_at": iso(e.created_at)}
+            for e in found[:CANDIDATES]
+        ],
+    )
 
 
 @routes.get("/api/v1/executions/{eid}")

@@ -76,7 +76,9 @@ def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any
 NAME = _path_parameter(
     "name", "the task's name", pattern=f"^{TASK_NAME.pattern}$", minLength=1, maxLength=200
 )
-EID = _path_parameter("eid", "the execution id (a UUIDv7 text)", minLength=1)
+EID = _path_parameter(
+    "eid", "the execution id (a UUIDv7 text), or a unique start of it (any case)", minLength=1
+)
 REMOTE_ID = _path_parameter(
     "eid",
     "the remote id: the execution id, or <execution id>.<step number> for a step",
@@ -87,7 +89,11 @@ ERROR = schemas.ErrorAnswer
 TEXT = ("text/plain", {"type": "string"})
 TOO_LARGE: Answer = (ERROR, "the body is over 1 MiB (1,048,576 bytes)")
 TASK_GONE: Answer = (ERROR, "no task of that name, a retired one, or one not in this node's config")
-NO_EXECUTION: Answer = (ERROR, "no execution with that id")
+NO_EXECUTION: Answer = (ERROR, "no execution with that id, nor one that it is the start of")
+AMBIGUOUS: Answer = (
+    schemas.AmbiguousId,
+    "the id given is the start of several execution ids (`detail` lists up to 10); give more of it",
+)
 
 OPERATIONS: tuple[Operation, ...] = (
     Operation(
@@ -197,7 +203,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "executions",
         "One execution",
         "One execution's snapshot.",
-        {200: (schemas.ExecutionSnapshot, "the execution"), 404: NO_EXECUTION},
+        {200: (schemas.ExecutionSnapshot, "the execution"), 404: NO_EXECUTION, 409: AMBIGUOUS},
         parameters=(EID,),
     ),
     Operation(
@@ -206,7 +212,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "executions",
         "The steps of one execution",
         "Its steps, in order; empty for a one-call task.",
-        {200: (schemas.StepList, "the steps"), 404: NO_EXECUTION},
+        {200: (schemas.StepList, "the steps"), 404: NO_EXECUTION, 409: AMBIGUOUS},
         parameters=(EID,),
     ),
     Operation(
@@ -219,7 +225,11 @@ OPERATIONS: tuple[Operation, ...] = (
         {
             200: (schemas.ExecutionSnapshot, "the final snapshot"),
             404: NO_EXECUTION,
-            409: (schemas.ExecutionConflict, "it has already ended; `detail` is its snapshot"),
+            409: (
+                schemas.CancelConflict,
+                "it has already ended (`detail` is its snapshot), or the id given is the start "
+                "of several execution ids (`detail` lists them)",
+            ),
         },
         parameters=(EID,),
     ),
@@ -237,7 +247,8 @@ OPERATIONS: tuple[Operation, ...] = (
                 ERROR,
                 "it cannot be resumed: not ended, SUCCESS or SKIPPED, already "
                 "resumed, its task is running under `concurrency: forbid`, or nothing is "
-                "left to do",
+                "left to do; or the id given is the start of several execution ids "
+                "(`detail` lists them)",
             ),
         },
         parameters=(EID,),

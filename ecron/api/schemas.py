@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, RootModel, WithJsonSchema
 
 from ecron.core import Reason, Status, TriggerKind
 
@@ -143,6 +143,27 @@ class ExecutionConflict(Answer):
     detail: ExecutionSnapshot
 
 
+class Candidate(Answer):
+    """One execution an ambiguous id prefix could name."""
+
+    id: str
+    task: str
+    status: Status
+    created_at: Time | None
+
+
+class AmbiguousId(Answer):
+    """A 409: the id given is the start of several execution ids (at most 10 listed)."""
+
+    error: str
+    detail: list[Candidate]
+
+
+class CancelConflict(RootModel[ExecutionConflict | AmbiguousId]):
+    """A 409 of a cancel: it has already ended (``detail`` is its snapshot), or the id given
+    is the start of several execution ids (``detail`` lists them)."""
+
+
 class Alive(Answer):
     """The process serves HTTP."""
 
@@ -195,6 +216,9 @@ class ReportRequest(BaseModel):
 MODELS: tuple[type[BaseModel], ...] = (
     ErrorAnswer,
     ExecutionConflict,
+    Candidate,
+    AmbiguousId,
+    CancelConflict,
     StepSnapshot,
     ExecutionSnapshot,
     TaskSnapshot,

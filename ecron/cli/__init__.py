@@ -10,11 +10,13 @@ __all__ = ["cli", "main"]
 def main() -> None:
     """Entry point of the ``ecron`` console script."""
     from ecron.cli import (  # noqa: F401  (registers commands)
+        action_cmds,
         check_service,
         client_cmds,
         daemon_cmds,
         demo,
         validate,
+        watch,
     )
 
     cli()

@@ -19,6 +19,11 @@ class ApiError(EcronError):
         super().__init__(message)
 
 
+def segment(text: str) -> str:
+    """``text`` as one segment of a URL path (a name or an id as typed: quoted)."""
+    return urllib.parse.quote(text, safe="")
+
+
 class ApiClient:
     """Calls ``/api/v1`` of a running daemon."""
 
@@ -41,19 +46,20 @@ class ApiClient:
         if method == "POST":
             data = b"" if body is None else json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
-        request = urllib.request.Request(url, data=data, method=method, headers=headers)  # noqa: S310
+        try:
+            request = urllib.request.Request(url, data=data, method=method, headers=headers)  # noqa: S310
+        except ValueError as exc:
+            raise ApiError(None, f"{self.base_url!r} is not a URL like http://HOST:PORT") from exc
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
-                return response.status, json.loads(response.read() or b"null")
+                status, raw = response.status, response.read()
+            return status, json.loads(raw or b"null")
+        except ValueError as exc:  # a 2xx that is not JSON: not ecron's API
+            raise ApiError(
+                None, f"{method} {path}: the answer of {self.base_url} is not JSON; is it ecron?"
+            ) from exc
         except urllib.error.HTTPError as exc:
-            body = exc.read()
-            try:
-                answer = json.loads(body)
-                message = answer.get("error", body.decode(errors="replace"))
-                if answer.get("detail"):
-                    message += f" ({answer['detail']})"
-            except (ValueError, AttributeError):
-                message = body.decode(errors="replace") or exc.reason
+            message = error_text(exc.read(), exc.reason)
             raise ApiError(exc.code, f"{method} {path}: {exc.code} {message}") from exc
         except (urllib.error.URLError, OSError) as exc:
             raise ApiError(
@@ -67,3 +73,24 @@ class ApiClient:
     def post(self, path: str, body: Any = None) -> tuple[int, Any]:
         """POST (with an optional JSON body) and return the status and JSON answer."""
         return self.request("POST", path, body=body)
+
+
+def error_text(body: bytes, reason: str) -> str:
+    """An error answer in one line: its ``error``, and its ``detail`` where that adds
+    something (the candidates of an ambiguous id; not the snapshot of a 409, whose error
+    already names the execution and its status)."""
+    try:
+        answer = json.loads(body)
+        message = str(answer["error"])
+        detail = answer.get("detail")
+    except (ValueError, TypeError, KeyError):
+        message, detail = body.decode(errors="replace") or reason, None
+    if isinstance(detail, list) and detail and all(isinstance(d, dict) for d in detail):
+        message += ": " + ", ".join(
+            f"{d.get('id')} ({d.get('task')}, {d.get('status')})" for d in detail
+        )
+    elif isinstance(detail, list) and detail:
+        message += f" ({', '.join(map(str, detail))})"
+    elif detail not in (None, "") and not isinstance(detail, dict):
+        message += f" ({detail})"
+    return " ".join(message.split())

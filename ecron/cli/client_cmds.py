@@ -1,92 +1,86 @@
-"""Client commands: ``tasks``, ``trigger``, ``executions``, ``show``; they talk to the REST API."""
+"""Read commands: ``tasks``, ``executions``, ``show``, ``steps``; they talk to the REST API.
+
+Each prints a table that fits an 80-column terminal (short ids, relative times) or, with
+``--wide``, full ids and absolute local times; ``--json`` prints the API's answer as is.
+An execution is named by its id or a unique prefix of it (the API resolves it).
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar
+from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from ecron.cli.client import ApiClient, ApiError
+from ecron.cli.client import ApiError, segment
+from ecron.cli.display import Times, progress_text, short_length, status_text, table
 from ecron.cli.group import cli
-from ecron.cli.watch import follow, status_text
-
-F = TypeVar("F", bound=Callable[..., Any])
+from ecron.cli.options import api_options, client, fail, json_option, wide_option
 
 
-def api_options(command: F) -> F:
-    """``--api`` and ``--token``, also from ECRON_API_URL and ECRON_API_TOKEN."""
-    command = click.option(
-        "--token",
-        envvar="ECRON_API_TOKEN",
-        default=None,
-        help="API token (default: $ECRON_API_TOKEN).",
-    )(command)
-    command = click.option(
-        "--api",
-        envvar="ECRON_API_URL",
-        default="http://127.0.0.1:8080",
-        show_default=True,
-        help="Base URL of a running daemon (or $ECRON_API_URL).",
-    )(command)
-    return command
+def print_json(answer: Any) -> None:
+    """The API's answer, indented, as the API sent it."""
+    click.echo(json.dumps(answer, indent=2, ensure_ascii=False))
 
 
-def _client(api: str, token: str | None) -> ApiClient:
-    return ApiClient(api, token)
-
-
-def _fail(exc: ApiError) -> NoReturn:
-    raise click.ClickException(str(exc)) from exc
+def get(api: str, token: str | None, path: str, **query: Any) -> Any:
+    """GET ``path`` of the daemon, or end the command with the error."""
+    try:
+        return client(api, token).get(path, **query)
+    except ApiError as exc:
+        fail(exc)
 
 
 @cli.command()
+@json_option
+@wide_option
 @api_options
-def tasks(api: str, token: str | None) -> None:
-    """List tasks: schedule, next fire time, and how their last execution went."""
-    try:
-        items = _client(api, token).get("/api/v1/tasks")["items"]
-    except ApiError as exc:
-        _fail(exc)
-    table = Table("task", "schedule", "next fire", "state", "last execution")
-    for item in items:
-        last = item.get("last_execution")
-        state = "paused" if item["paused"] else ("disabled" if not item["enabled"] else "active")
-        table.add_row(
-            item["name"],
-            item["schedule_text"],
-            item["next_fire_at"] or "-",
-            state,
-            "-" if last is None else f"{status_text(last)} {last['id']}",
-        )
-    Console().print(table)
-
-
-@cli.command()
-@click.argument("name")
-@click.option(
-    "--wait", is_flag=True, help="Follow the execution with a progress bar until it ends."
-)
-@api_options
-def trigger(name: str, wait: bool, api: str, token: str | None) -> None:
-    """Run task NAME now. With --wait, exit 0 only if it ends SUCCESS."""
-    client = _client(api, token)
-    try:
-        status, snapshot = client.post(f"/api/v1/tasks/{name}/run")
-    except ApiError as exc:
-        _fail(exc)
-    console = Console()
-    if status == 200:
-        console.print(f"{name} is already running (concurrency: forbid): {snapshot['id']}")
-    else:
-        console.print(f"started {snapshot['id']}")
-    if not wait:
+def tasks(as_json: bool, wide: bool, api: str, token: str | None) -> None:
+    """List tasks: schedule, next fire time (or paused, disabled), how their last run
+    went and when."""
+    answer = get(api, token, "/api/v1/tasks")
+    if as_json:
+        print_json(answer)
         return
-    final = follow(client, snapshot["id"], console)
-    raise SystemExit(0 if final["status"] == "SUCCESS" else 1)
+    items = answer["items"]
+    when = Times(wide)
+    lasts = [item["last_execution"] for item in items if item.get("last_execution")]
+    length = 36 if wide else short_length(last["id"] for last in lasts)
+    rows = []
+    for item in items:
+        last = item.get("last_execution") or {}
+        state = "paused" if item["paused"] else ("disabled" if not item["enabled"] else "active")
+        # a paused task keeps its stored fire time, but does not fire: say so, unless --wide
+        upcoming = when(item["next_fire_at"]) if wide or state == "active" else state
+        rows.append(
+            [
+                escape(item["name"]),
+                escape(item["schedule_text"]),
+                *([state] if wide else []),
+                upcoming,
+                _last_run(last) if last else "-",
+                when(_last_moment(last)) if last else "-",
+                last["id"][:length] if last else "-",
+            ]
+        )
+    console = Console()
+    columns = ("task", "schedule", *(["state"] if wide else []), "next fire", "last run", "at")
+    whole = ("task", "state", "next fire", "at", "last id")
+    grid = table((*columns, "last id"), rows, wide=wide, width=console.width, whole=whole)
+    console.print(grid, crop=False)
+
+
+def _last_run(last: dict[str, Any]) -> str:
+    """``SUCCESS``, ``FAILED (remote_failed)``, ``RUNNING 42%``: how the last run went."""
+    return " ".join(part for part in (status_text(last), progress_text(last)) if part)
+
+
+def _last_moment(last: dict[str, Any]) -> str:
+    """When the last run ended, or else started, or else was due."""
+    return str(last["finished_at"] or last["triggered_at"] or last["scheduled_at"])
 
 
 @cli.command()
@@ -94,149 +88,142 @@ def trigger(name: str, wait: bool, api: str, token: str | None) -> None:
 @click.option("--status", default=None, help="Only executions with this status.")
 @click.option("--limit", default=20, show_default=True, help="How many, newest first.")
 @click.option("--before", default=None, help="Only executions older than this one (next page).")
+@json_option
+@wide_option
 @api_options
 def executions(
     task: str | None,
     status: str | None,
     limit: int,
     before: str | None,
+    as_json: bool,
+    wide: bool,
     api: str,
     token: str | None,
 ) -> None:
-    """Execution history, newest first."""
-    try:
-        page = _client(api, token).get(
-            "/api/v1/executions", task=task, status=status, limit=limit, before=before
-        )
-    except ApiError as exc:
-        _fail(exc)
-    table = Table("id", "task", "status", "progress", "scheduled", "finished", "message")
-    for item in page["items"]:
-        table.add_row(
-            item["id"],
-            item["task"],
-            status_text(item),
-            f"{item['progress']:.0f}%",
-            item["scheduled_at"],
-            item["finished_at"] or "-",
-            (item["message"] or "")[:60],
-        )
-    Console().print(table)
+    """Execution history, newest first: the end column is when it ended, or for one
+    running its ETA."""
+    page = get(
+        api, token, "/api/v1/executions", task=task, status=status, limit=limit, before=before
+    )
+    if as_json:
+        print_json(page)
+        return
+    when = Times(wide)
+    length = 36 if wide else short_length(item["id"] for item in page["items"])
+    rows = [
+        [
+            item["id"][:length],
+            escape(item["task"]),
+            " ".join(part for part in (status_text(item), progress_text(item)) if part),
+            when(item["scheduled_at"]),
+            when(item["finished_at"] or item.get("eta")),
+            escape(item["message"] or ""),
+        ]
+        for item in page["items"]
+    ]
+    console = Console()
+    columns = ("id", "task", "status", "scheduled", "end", "message")
+    grid = table(columns, rows, wide=wide, width=console.width, whole=("scheduled", "end"))
+    console.print(grid, crop=False)
     if page["next"]:
-        Console().print(f"more: --before {page['next']}", style="dim")
+        console.print(f"more: --before {page['next']}", style="dim", soft_wrap=True)
+
+
+#: The rows of ``ecron show``, in order; the times among them.
+_SHOWN = (
+    "id",
+    "task",
+    "status",
+    "progress",
+    "message",
+    "trigger_kind",
+    "attempt",
+    "scheduled_at",
+    "triggered_at",
+    "last_report_at",
+    "finished_at",
+    "eta",
+    "deadline",
+    "resume_of",
+    "resume_attempt",
+    "resumed_by",
+    "owner",
+)
+_TIMES = frozenset(
+    {"scheduled_at", "triggered_at", "last_report_at", "finished_at", "eta", "deadline"}
+)
 
 
 @cli.command()
 @click.argument("eid")
-@click.option("--json", "as_json", is_flag=True, help="Print the raw JSON snapshot.")
+@json_option
+@wide_option
 @api_options
-def show(eid: str, as_json: bool, api: str, token: str | None) -> None:
-    """Show one execution: status, progress, times, steps."""
-    try:
-        item = _client(api, token).get(f"/api/v1/executions/{eid}")
-    except ApiError as exc:
-        _fail(exc)
+def show(eid: str, as_json: bool, wide: bool, api: str, token: str | None) -> None:
+    """Show execution EID (its id or a unique prefix): status, progress, times, steps."""
+    item = get(api, token, f"/api/v1/executions/{segment(eid)}")
     if as_json:
-        click.echo(json.dumps(item, indent=2))
+        print_json(item)
         return
-    console = Console()
-    table = Table(show_header=False, box=None)
-    for key in (
-        "id",
-        "task",
-        "status",
-        "reason",
-        "progress",
-        "message",
-        "trigger_kind",
-        "attempt",
-        "scheduled_at",
-        "triggered_at",
-        "finished_at",
-        "deadline",
-        "resume_of",
-        "resume_attempt",
-        "resumed_by",
-    ):
+    when = Times(wide)
+    grid = Table(show_header=False, box=None, pad_edge=False)
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    for key in _SHOWN:
         value = item.get(key)
         if key == "status":
-            value = status_text(item)
-        table.add_row(key, "-" if value is None else str(value))
+            text = status_text(item)
+        elif key == "progress":
+            text = str(value) if wide else f"{value:.0f}%"
+        elif key in _TIMES:
+            text = when(value)
+        else:
+            text = "-" if value is None else escape(str(value))
+        grid.add_row(key, text)
     if item.get("result") is not None:
-        table.add_row("result", json.dumps(item["result"])[:500])
-    console.print(table)
-    if item["steps"]:
-        steps = Table("step", "name", "status", "progress", "remote id")
-        for step in item["steps"]:
-            steps.add_row(
-                str(step["number"]),
-                step["name"],
-                step["status"],
-                f"{step['progress']:.0f}%",
-                step["remote_id"],
-            )
-        console.print(steps)
-
-
-@cli.command()
-@click.argument("eid")
-@api_options
-def cancel(eid: str, api: str, token: str | None) -> None:
-    """Cancel execution EID: the cancel call goes to the user service once, then CANCELLED."""
-    try:
-        _, snapshot = _client(api, token).post(f"/api/v1/executions/{eid}/cancel")
-    except ApiError as exc:
-        _fail(exc)
-    acknowledged = {True: "acknowledged", False: "not acknowledged", None: "not sent"}
-    Console().print(
-        f"{eid} {status_text(snapshot)}; the cancel call was "
-        f"{acknowledged[snapshot['cancel_acknowledged']]}"
-    )
-
-
-@cli.command()
-@click.argument("name")
-@click.option("--reason", default=None, help="Shown in the task's snapshot.")
-@api_options
-def pause(name: str, reason: str | None, api: str, token: str | None) -> None:
-    """Pause task NAME: it fires no more until unpaused (manual runs still work)."""
-    client = _client(api, token)
-    try:
-        _, snapshot = client.post(
-            f"/api/v1/tasks/{name}/pause", {"reason": reason} if reason else None
-        )
-    except ApiError as exc:
-        _fail(exc)
-    Console().print(f"{name} paused: {snapshot['paused_reason']}")
-
-
-@cli.command()
-@click.argument("name")
-@api_options
-def unpause(name: str, api: str, token: str | None) -> None:
-    """Unpause task NAME: its schedule restarts from now."""
-    try:
-        _, snapshot = _client(api, token).post(f"/api/v1/tasks/{name}/unpause")
-    except ApiError as exc:
-        _fail(exc)
-    Console().print(f"{name} unpaused; next fire time {snapshot['next_fire_at'] or '-'}")
-
-
-@cli.command()
-@click.argument("eid")
-@click.option("--wait", is_flag=True, help="Follow the resume with a progress bar until it ends.")
-@api_options
-def resume(eid: str, wait: bool, api: str, token: str | None) -> None:
-    """Resume execution EID from its first step that did not succeed (a new execution)."""
-    client = _client(api, token)
-    try:
-        _, snapshot = client.post(f"/api/v1/executions/{eid}/resume")
-    except ApiError as exc:
-        _fail(exc)
+        grid.add_row("result", escape(json.dumps(item["result"])[: None if wide else 500]))
     console = Console()
-    todo = [s["number"] for s in snapshot["steps"] if s["status"] != "SUCCESS"]
-    start = f"step {todo[0]}" if todo and todo[0] > 1 else "the start"
-    console.print(f"resumed {eid} as {snapshot['id']}, from {start}")
-    if wait:
-        final = follow(client, snapshot["id"], console)
-        raise SystemExit(0 if final["status"] == "SUCCESS" else 1)
+    console.print(grid)
+    if item["steps"]:
+        console.print()
+        console.print(steps_table(item["steps"], when, wide, console.width), crop=False)
+
+
+def steps_table(steps: list[dict[str, Any]], when: Times, wide: bool, width: int) -> Table:
+    """The steps of one execution; remote ids short like the execution's, or full."""
+    eids = [step["remote_id"].rpartition(".")[0] for step in steps]
+    length = 36 if wide else short_length(eids)
+    rows = [
+        [
+            str(step["number"]),
+            escape(step["name"]),
+            " ".join(part for part in (status_text(step), progress_text(step)) if part),
+            when(step["started_at"]),
+            when(step["finished_at"]),
+            escape(step["message"] or ""),
+            f"{eid[:length]}.{step['remote_id'].rpartition('.')[2]}",
+        ]
+        for step, eid in zip(steps, eids, strict=True)
+    ]
+    columns = ("step", "name", "status", "started", "ended", "message", "remote id")
+    whole = ("started", "ended", "remote id")
+    return table(columns, rows, wide=wide, width=width, whole=whole)
+
+
+@cli.command()
+@click.argument("eid")
+@json_option
+@wide_option
+@api_options
+def steps(eid: str, as_json: bool, wide: bool, api: str, token: str | None) -> None:
+    """The steps of execution EID (its id or a unique prefix); none for a one-call task."""
+    answer = get(api, token, f"/api/v1/executions/{segment(eid)}/steps")
+    if as_json:
+        print_json(answer)
+        return
+    if not answer["items"]:
+        click.echo(f"execution {eid} is a one-call task: it has no steps")
+        return
+    console = Console()
+    console.print(steps_table(answer["items"], Times(wide), wide, console.width), crop=False)

@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.markup import escape
 
 import ecron
+from ecron.cli.display import FINAL, status_text
 from ecron.cli.group import cli
-from ecron.cli.watch import FINAL, status_text
 from ecron.clock import iso
 from ecron.config import Config, DaemonSettings, TaskSpec
 from ecron.core import Execution, Status

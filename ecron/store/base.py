@@ -264,6 +264,12 @@ class Store(abc.ABC):
         when ``status`` asks for them."""
 
     @abc.abstractmethod
+    async def executions_by_prefix(self, prefix: str, limit: int) -> list[Execution]:
+        """Up to ``limit`` executions (SCHEDULED ones too) whose eid starts with ``prefix``,
+        with their steps, by eid. The eids are compared as bytes along an index, whatever the
+        database's collation: a prefix names the same executions on every backend."""
+
+    @abc.abstractmethod
     async def recent_durations(
         self, names: Sequence[str], count: int
     ) -> dict[str, list[timedelta]]:

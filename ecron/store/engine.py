@@ -34,6 +34,10 @@ class Dialect:
     path: Path | None
     #: The dialect's ``INSERT`` (with ``ON CONFLICT``) for a table.
     insert: Callable[[sa.Table], Any]
+    #: The operators (at least, less than) that compare ids byte by byte along an index:
+    #: SQLite's own (its text compares as bytes), PostgreSQL's pattern operators (its
+    #: collation may not; ``ix_execution_eid_prefix`` serves them).
+    byte_order: tuple[str, str] = (">=", "<")
 
 
 class Engines:
@@ -71,7 +75,11 @@ class Engines:
             self._write_lock: asyncio.Lock | None = asyncio.Lock()
         elif parsed.drivername == "postgresql+asyncpg":
             self.dialect = Dialect(
-                "postgresql", skip_locked=True, path=None, insert=postgresql.insert
+                "postgresql",
+                skip_locked=True,
+                path=None,
+                insert=postgresql.insert,
+                byte_order=("~>=~", "~<~"),
             )
             engine = create_async_engine(
                 url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True

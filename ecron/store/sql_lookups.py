@@ -1,5 +1,6 @@
-"""Reads for people, in SQL: the durations of a task's recent successful runs (which a
-snapshot's ETA rests on), read along an index of their own (migration 0005)."""
+"""Reads for people, in SQL: executions named by a prefix of their eid, and the durations
+of a task's recent successful runs (which a snapshot's ETA rests on). Each reads a few
+rows along an index of its own (migrations 0005 and 0006)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ecron.core import Status
-from ecron.store.engine import Engines
+from ecron.core import Execution, Status
+from ecron.store.engine import Dialect, Engines
 from ecron.store.retry import retried
 from ecron.store.tables import execution_table
 
@@ -20,6 +22,21 @@ _TASKS_PER_STATEMENT = 100
 #: Written out, not bound: the partial index ``ix_execution_task_success`` is used only when
 #: the query's condition is visibly the index's (SQLite cannot see through a parameter).
 _IS_SUCCESS = execution_table.c.status == sa.literal_column(f"'{Status.SUCCESS}'")
+
+
+def prefix_query(dialect: Dialect, prefix: str, limit: int) -> sa.Select[Any]:
+    """Executions whose eid starts with ``prefix`` (not empty): the range from ``prefix`` to
+    the text just after every text it starts, compared as bytes (``Dialect.byte_order``)."""
+    assert prefix, "an empty prefix names every execution"
+    upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    at_least, below = dialect.byte_order
+    eid = execution_table.c.eid
+    return (
+        sa.select(execution_table)
+        .where(eid.op(at_least)(prefix), eid.op(below)(upper))
+        .order_by(eid)
+        .limit(limit)
+    )
 
 
 def durations_query(names: Sequence[str], count: int) -> sa.CompoundSelect[Any]:
@@ -45,9 +62,24 @@ def durations_query(names: Sequence[str], count: int) -> sa.CompoundSelect[Any]:
 
 
 class LookupOperations:
-    """The ``Store`` reads of recent durations (mixed into ``SqlStore``)."""
+    """The ``Store`` reads by eid prefix and of recent durations (mixed into ``SqlStore``)."""
 
     engines: Engines
+    dialect: Dialect
+
+    async def _read_executions(
+        self, conn: AsyncConnection, query: sa.Select[Any]
+    ) -> list[Execution]:
+        raise NotImplementedError  # pragma: no cover  (SqlStore)
+
+    @retried("executions_by_prefix")
+    async def executions_by_prefix(self, prefix: str, limit: int) -> list[Execution]:
+        if not prefix or limit < 1:
+            return []
+        async with self.engines.read() as conn:
+            found = await self._read_executions(conn, prefix_query(self.dialect, prefix, limit))
+        # the database orders by its collation; people see the order of the bytes
+        return sorted(found, key=lambda execution: execution.eid)
 
     @retried("recent_durations")
     async def recent_durations(

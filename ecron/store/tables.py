@@ -93,6 +93,11 @@ class ExecutionRow(SQLModel, table=True):
             sqlite_where=sa.text(_SUCCESS_SQL),
             postgresql_where=sa.text(_SUCCESS_SQL),
         ),
+        # Ids by their first characters, compared byte by byte whatever the database's
+        # collation (``~>=~``, ``~<~``); SQLite's primary key index already does that.
+        sa.Index(
+            "ix_execution_eid_prefix", "eid", postgresql_ops={"eid": "varchar_pattern_ops"}
+        ).ddl_if(dialect="postgresql"),
     )
 
     eid: str = Field(primary_key=True, max_length=48)

@@ -1,0 +1,115 @@
+"""Commands that act: ``trigger``, ``cancel``, ``resume``, ``pause``, ``unpause``; they
+talk to the REST API. Each prints one line (full ids: they are for copying and scripts);
+``--wait`` follows the new execution like ``ecron watch``."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from ecron.cli.client import ApiError, segment
+from ecron.cli.display import status_text
+from ecron.cli.group import cli
+from ecron.cli.options import api_options, client, fail
+from ecron.cli.watch import exit_code, follow
+
+
+@cli.command()
+@click.argument("name")
+@click.option(
+    "--wait", is_flag=True, help="Follow the execution with a progress bar until it ends."
+)
+@api_options
+def trigger(name: str, wait: bool, api: str, token: str | None) -> None:
+    """Run task NAME now. With --wait, exit 0 only if it ends SUCCESS (Ctrl-C: 130, and
+    the execution goes on)."""
+    api_client = client(api, token)
+    try:
+        status, snapshot = api_client.post(f"/api/v1/tasks/{segment(name)}/run")
+        console = Console()
+        if status == 200:
+            console.print(
+                f"{escape(name)} is already running (concurrency: forbid): {snapshot['id']}",
+                soft_wrap=True,
+            )
+        else:
+            console.print(f"started {snapshot['id']}", soft_wrap=True)
+        if not wait:
+            return
+        final = follow(api_client, snapshot, console)
+    except ApiError as exc:
+        fail(exc)
+    raise SystemExit(exit_code(final))
+
+
+@cli.command()
+@click.argument("eid")
+@api_options
+def cancel(eid: str, api: str, token: str | None) -> None:
+    """Cancel execution EID (its id or a unique prefix): the cancel call goes to the user
+    service once, then CANCELLED."""
+    try:
+        _, snapshot = client(api, token).post(f"/api/v1/executions/{segment(eid)}/cancel")
+    except ApiError as exc:
+        fail(exc)
+    acknowledged = {True: "acknowledged", False: "not acknowledged", None: "not sent"}
+    Console().print(
+        f"{snapshot['id']} {status_text(snapshot)}; the cancel call was "
+        f"{acknowledged[snapshot['cancel_acknowledged']]}",
+        soft_wrap=True,
+    )
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--reason", default=None, help="Shown in the task's snapshot.")
+@api_options
+def pause(name: str, reason: str | None, api: str, token: str | None) -> None:
+    """Pause task NAME: it fires no more until unpaused (manual runs still work)."""
+    try:
+        _, snapshot = client(api, token).post(
+            f"/api/v1/tasks/{segment(name)}/pause", {"reason": reason} if reason else None
+        )
+    except ApiError as exc:
+        fail(exc)
+    Console().print(f"{escape(name)} paused: {escape(snapshot['paused_reason'])}", soft_wrap=True)
+
+
+@cli.command()
+@click.argument("name")
+@api_options
+def unpause(name: str, api: str, token: str | None) -> None:
+    """Unpause task NAME: its schedule restarts from now."""
+    try:
+        _, snapshot = client(api, token).post(f"/api/v1/tasks/{segment(name)}/unpause")
+    except ApiError as exc:
+        fail(exc)
+    Console().print(
+        f"{escape(name)} unpaused; next fire time {snapshot['next_fire_at'] or '-'}",
+        soft_wrap=True,
+    )
+
+
+@cli.command()
+@click.argument("eid")
+@click.option("--wait", is_flag=True, help="Follow the resume with a progress bar until it ends.")
+@api_options
+def resume(eid: str, wait: bool, api: str, token: str | None) -> None:
+    """Resume execution EID (its id or a unique prefix) from its first step that did not
+    succeed, as a new execution."""
+    api_client = client(api, token)
+    try:
+        _, snapshot = api_client.post(f"/api/v1/executions/{segment(eid)}/resume")
+        todo = [s["number"] for s in snapshot["steps"] if s["status"] != "SUCCESS"]
+        start = f"step {todo[0]}" if todo and todo[0] > 1 else "the start"
+        console = Console()
+        console.print(
+            f"resumed {snapshot['resume_of']} as {snapshot['id']}, from {start}", soft_wrap=True
+        )
+        if not wait:
+            return
+        final = follow(api_client, snapshot, console)
+    except ApiError as exc:
+        fail(exc)
+    raise SystemExit(exit_code(final))

@@ -1,0 +1,357 @@
+"""The client commands in a terminal of 80 columns, against a live daemon and a real user
+service: short ids that can be copied back, relative times, ``--wide``, ``--json``,
+``watch``, unique prefixes, one-line errors, and Ctrl-C leaving the execution running."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import sys
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import structlog
+from click.testing import CliRunner, Result
+
+from ecron.cli import action_cmds, client_cmds, watch  # noqa: F401  (registers commands)
+from ecron.cli.display import absolute, relative, short_length
+from ecron.cli.group import cli
+from ecron.config.model import TaskSpec
+from ecron.core import Execution, Reason, Status
+from ecron.daemon import Daemon
+from tests.conftest import DaemonFactory, task
+from tests.protocol_support import ended, reply, run_once
+from tests.support.service import UserService, wait_for
+
+#: The worktree, whose ``ecron`` the subprocesses run.
+ROOT = Path(__file__).resolve().parent.parent
+#: What a relative time looks like in a table.
+RELATIVE = r"(now|\d+ (s|min|h) ago|in \d+ (s|min|h))"
+
+
+@pytest.fixture
+def database_url(tmp_path: Path) -> str:
+    """The CLI does not depend on the database: SQLite here."""
+    return f"sqlite+aiosqlite:///{tmp_path / 'ecron.db'}"
+
+
+@pytest.fixture(autouse=True)
+def logs_to_stderr() -> Iterator[None]:
+    """The daemon runs in this process: its log lines go to stderr, not into the output
+    the CLI runner captures."""
+    saved = structlog.get_config()
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+    yield
+    structlog.configure(**saved)
+
+
+@pytest.fixture
+async def daemon(make_daemon: DaemonFactory, user_service: UserService) -> AsyncIterator[Daemon]:
+    """A daemon with a short job, a long one, a failing one and a three-step one."""
+    user_service.durations.update(quick=0.3, long=30.0)
+    url = user_service.url
+    specs = [
+        task("quick", f"{url}/jobs/quick", concurrency="allow"),
+        task("long", f"{url}/jobs/long", schedule={"every": "1h"}),
+        task("broken", f"{url}/jobs/broken"),
+        TaskSpec.model_validate(
+            {
+                "name": "etl",
+                "schedule": "manual",
+                "poll_interval": "100ms",
+                "steps": [
+                    {"name": n, "url": f"{url}/jobs/quick"} for n in ("fetch", "load", "report")
+                ],
+            }
+        ),
+    ]
+    async with make_daemon(specs) as running:
+        yield running
+
+
+async def ecron(daemon: Daemon, *args: str, columns: int = 80) -> Result:
+    """``ecron ARGS --api <daemon>`` in a terminal of ``columns``, from a thread (the
+    daemon goes on serving)."""
+    env = {"COLUMNS": str(columns), "ECRON_API_URL": f"http://127.0.0.1:{daemon.port}"}
+    runner = CliRunner()
+    return await asyncio.to_thread(runner.invoke, cli, list(args), env=env)
+
+
+async def fail_next(service: UserService) -> None:
+    """The next trigger is answered FAILED, with a long message."""
+    message = "the warehouse refused the load: disk quota exceeded on volume /data/x " * 3
+    service.script["POST"] = [reply(200, {"status": "FAILED", "message": message})]
+
+
+def table_rows(output: str) -> list[list[str]]:
+    """The rows of a printed table (two spaces or more between cells), header and rule
+    left out."""
+    lines = output.splitlines()
+    rule = next(n for n, line in enumerate(lines) if line.startswith("──"))
+    return [re.split(r"\s{2,}", line.strip()) for line in lines[rule + 1 :] if line.strip()]
+
+
+async def test_executions_fit_80_columns_with_short_copyable_ids_and_relative_times(
+    daemon: Daemon, user_service: UserService
+) -> None:
+    """Every line fits 80 columns; each id is the shortest prefix (8 at least) telling
+    apart those shown, whole and accepted by ``ecron show``; times read ``3 s ago`` and a
+    running execution's end ``in 30 s`` (its ETA); a long message is cut, not the rest."""
+    done = [await run_once(daemon, "quick") for _ in range(3)]
+    for eid in done:
+        await ended(daemon, eid)
+    await fail_next(user_service)
+    failed = await run_once(daemon, "broken")
+    await ended(daemon, failed)
+    running = await run_once(daemon, "long")
+    await wait_for(lambda: _progressing(daemon, running), timeout=10)
+    result = await ecron(daemon, "executions")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert all(len(line) <= 80 for line in lines), result.output
+    rows = table_rows(result.output)
+    ids = [row[0] for row in rows]
+    everyone = [running, failed, *reversed(done)]
+    length = short_length(everyone)
+    assert 8 <= length < 36 and ids == [eid[:length] for eid in everyone]
+    assert len(set(ids)) == len(ids)
+    by_id = dict(zip(ids, rows, strict=True))
+    assert re.fullmatch(r"RUNNING \d+%", by_id[running[:length]][2])
+    assert re.fullmatch(r"in \d+ (s|min)", by_id[running[:length]][4])
+    assert by_id[failed[:length]][2] == "FAILED (remote_failed)"
+    assert by_id[failed[:length]][-1].endswith("…")
+    for row in rows:
+        assert re.fullmatch(RELATIVE, row[3]), row
+    shown = await ecron(daemon, "show", ids[1])
+    assert shown.exit_code == 0 and failed in shown.output
+
+
+async def _progressing(daemon: Daemon, eid: str) -> bool:
+    execution = await daemon.store.get_execution(eid)
+    return execution is not None and execution.status is Status.RUNNING and execution.progress > 0
+
+
+async def test_wide_shows_full_ids_absolute_local_times_and_cuts_nothing(
+    daemon: Daemon, user_service: UserService
+) -> None:
+    """``--wide``: the whole id, times in the local zone to the millisecond, the whole
+    message, even past 80 columns."""
+    await fail_next(user_service)
+    failed = await ended(daemon, await run_once(daemon, "broken"))
+    result = await ecron(daemon, "executions", "--wide")
+    assert result.exit_code == 0, result.output
+    assert failed.eid in result.output and failed.message is not None
+    assert failed.message.strip() in " ".join(result.output.split())
+    assert absolute(failed.scheduled_at) in result.output
+    assert absolute(failed.scheduled_at) == failed.scheduled_at.astimezone().isoformat(
+        sep=" ", timespec="milliseconds"
+    )
+    for command in (["tasks", "--wide"], ["show", failed.eid[:20], "--wide"]):
+        shown = await ecron(daemon, *command)
+        assert shown.exit_code == 0 and failed.eid in shown.output, command
+        assert absolute(failed.finished_at) in shown.output  # type: ignore[arg-type]
+
+
+async def test_tasks_show_the_next_fire_time_and_the_last_result(
+    daemon: Daemon, user_service: UserService
+) -> None:
+    """One row per task: its schedule, when it fires next (``in 59 min``; ``paused``
+    while paused), its last run's status, when it ended, and its short id."""
+    eid = await run_once(daemon, "quick")
+    await ended(daemon, eid)
+    assert (await ecron(daemon, "pause", "broken")).exit_code == 0
+    result = await ecron(daemon, "tasks")
+    assert result.exit_code == 0, result.output
+    assert all(len(line) <= 80 for line in result.output.splitlines())
+    rows = {row[0]: row for row in table_rows(result.output)}
+    assert rows["quick"][1:4] == ["manual", "-", "SUCCESS"] and rows["quick"][5] == eid[:8]
+    assert re.fullmatch(RELATIVE, rows["quick"][4]) and "in " not in rows["quick"][4]
+    assert re.fullmatch(r"in \d+ min", rows["long"][2]) and rows["long"][3:] == ["-", "-", "-"]
+    assert rows["broken"][2] == "paused"
+
+
+async def test_read_commands_print_the_apis_json_with_json(daemon: Daemon) -> None:
+    """``--json`` on tasks, executions, show and steps prints what the API answered (here
+    about executions that have ended, whose answers no longer change)."""
+    eid = await run_once(daemon, "etl")
+    await ended(daemon, eid)
+    base = f"http://127.0.0.1:{daemon.port}/api/v1"
+    for command, path in (
+        (["tasks"], "/tasks"),
+        (["executions", "--task", "etl"], "/executions?task=etl&limit=20"),
+        (["show", eid[:13]], f"/executions/{eid}"),
+        (["steps", eid[:13]], f"/executions/{eid}/steps"),
+    ):
+        result = await ecron(daemon, *command, "--json")
+        async with aiohttp.ClientSession() as session, session.get(base + path) as response:
+            expected = await response.json()
+        assert result.exit_code == 0 and json.loads(result.output) == expected, command
+
+
+async def test_steps_and_show_list_the_steps_with_short_remote_ids(daemon: Daemon) -> None:
+    """``ecron steps`` and ``ecron show`` list each step: name, status, times, its remote
+    id as ``<short id>.<n>``."""
+    eid = await run_once(daemon, "etl")
+    await ended(daemon, eid)
+    for command in (["steps", eid[:13]], ["show", eid[:13]]):
+        result = await ecron(daemon, *command)
+        assert result.exit_code == 0, result.output
+        rows = table_rows(result.output)[-3:]
+        assert [row[:3] for row in rows] == [
+            ["1", "fetch", "SUCCESS"],
+            ["2", "load", "SUCCESS"],
+            ["3", "report", "SUCCESS"],
+        ]
+        assert [row[-1] for row in rows] == [f"{eid[:8]}.{n}" for n in (1, 2, 3)]
+    one_call = await run_once(daemon, "quick")
+    result = await ecron(daemon, "steps", one_call)
+    assert result.exit_code == 0 and "no steps" in result.output
+
+
+async def test_every_eid_command_takes_a_unique_prefix_and_says_which_when_ambiguous(
+    daemon: Daemon,
+) -> None:
+    """show, steps, watch, cancel and resume take a unique prefix; an ambiguous one is one
+    line naming each candidate (exit 1), an unknown one a one-line 404 (exit 1)."""
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    twins = ["01a2276a-4480-73e8-967c-b18487cf0001", "01a2276a-4480-73e8-967c-b18487cf0002"]
+    for n, eid in enumerate(twins):
+        failed = Execution(
+            eid=eid,
+            task="quick",
+            scheduled_at=at + timedelta(hours=n),
+            created_at=at,
+            status=Status.FAILED,
+            reason=Reason.REMOTE_FAILED,
+            triggered_at=at,
+            finished_at=at,
+        )
+        assert await daemon.store.create_execution(failed) is not None
+    for command in ("show", "steps", "watch", "cancel", "resume"):
+        result = await ecron(daemon, command, "01a2276a-4480")
+        assert result.exit_code == 1, command
+        assert result.stderr.count("\n") == 1 and result.stdout == "", command
+        assert "'01a2276a-4480' is the start of 2 execution ids" in result.stderr
+        assert all(f"{eid} (quick, FAILED)" in result.stderr for eid in twins)
+        missing = await ecron(daemon, command, "01a2276b")
+        assert missing.exit_code == 1 and missing.stderr.count("\n") == 1, command
+        assert "404 no execution '01a2276b'" in missing.stderr
+    watched = await ecron(daemon, "watch", twins[0])
+    assert watched.exit_code == 1 and "FAILED (remote_failed)" in watched.output
+    resumed = await ecron(daemon, "resume", twins[1].upper())
+    assert resumed.exit_code == 0 and f"resumed {twins[1]} as " in resumed.output
+    running = await run_once(daemon, "long")
+    cancelled = await ecron(daemon, "cancel", running[:30])
+    assert cancelled.exit_code == 0 and f"{running} CANCELLED" in cancelled.output
+
+
+async def test_watch_follows_an_execution_to_its_end_and_its_exit_status_tells_how_it_ended(
+    daemon: Daemon, user_service: UserService
+) -> None:
+    """``ecron watch`` draws the bar until the end: exit 0 for SUCCESS, 1 for FAILED;
+    ``--json`` prints one snapshot per line, per change, the last the final one."""
+    eid = await run_once(daemon, "etl")
+    result = await ecron(daemon, "watch", eid[:13], "--json")
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.output.splitlines()]
+    assert all(line["id"] == eid for line in lines) and lines[-1]["status"] == "SUCCESS"
+    progress = [line["progress"] for line in lines]
+    assert progress == sorted(progress) and len(lines) >= 2
+    await fail_next(user_service)
+    failed = await run_once(daemon, "broken")
+    result = await ecron(daemon, "watch", failed)
+    assert result.exit_code == 1 and "FAILED (remote_failed)" in result.output
+    quick = await run_once(daemon, "quick")
+    result = await ecron(daemon, "watch", quick)
+    assert result.exit_code == 0 and "SUCCESS" in result.output and "100%" in result.output
+
+
+async def test_errors_are_one_line_with_a_non_zero_exit(daemon: Daemon) -> None:
+    """An unknown task, a usage mistake, a bad filter, and no daemon at all: each is one
+    line on stderr and a non-zero exit status."""
+    cases = [
+        (["trigger", "nope"], 1, "404 no task 'nope'"),
+        (["show"], 2, "Missing argument 'EID'"),
+        (["executions", "--status", "done"], 1, "400 unknown status (SCHEDULED, PENDING, RUNNING"),
+        (["tasks", "--api", "http://127.0.0.1:9"], 1, "cannot reach ecron at"),
+        (["nosuch"], 2, "No such command 'nosuch'"),
+    ]
+    for args, code, text in cases:
+        result = await ecron(daemon, *args)
+        assert result.exit_code == code, (args, result.output)
+        assert result.stdout == "" and result.stderr.count("\n") == 1, (args, result.stderr)
+        assert result.stderr.startswith("Error: ") and text in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("command", ["trigger", "watch"])
+async def test_ctrl_c_stops_watching_leaves_the_execution_running_and_says_how_to_follow_it(
+    daemon: Daemon, command: str
+) -> None:
+    """SIGINT to ``trigger --wait`` or ``watch`` (a real process, once it follows the
+    execution): exit status 130, a line saying the execution goes on and the ``ecron
+    watch`` command that follows it; the execution is still RUNNING."""
+    if command == "trigger":
+        args = ["trigger", "long", "--wait"]
+    else:
+        args = ["watch", (await run_once(daemon, "long"))[:13], "--json"]
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "ecron",
+        *args,
+        "--api",
+        f"http://127.0.0.1:{daemon.port}",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "80"},
+        cwd=ROOT,
+    )
+    assert process.stdout is not None
+    first = await asyncio.wait_for(process.stdout.readline(), timeout=20)  # it follows now
+    active = await wait_for(lambda: _one_running(daemon), timeout=20)
+    process.send_signal(signal.SIGINT)
+    out, err = await asyncio.wait_for(process.communicate(), timeout=20)
+    assert process.returncode == 130, (first, out, err)
+    assert active.eid in first.decode()
+    assert err.decode().splitlines() == [
+        f"stopped watching; execution {active.eid} goes on. "
+        f"Follow it again with: ecron watch {active.eid}"
+    ]
+    still = await daemon.store.get_execution(active.eid)
+    assert still is not None and still.status is Status.RUNNING
+
+
+async def _one_running(daemon: Daemon) -> Any:
+    active = await daemon.store.active_executions("long")
+    return active[0] if active and active[0].status is Status.RUNNING else None
+
+
+def test_relative_times_are_short_and_far_ones_are_local_dates() -> None:
+    """``now``, ``3 s ago``, ``in 2 min``, ``5 h ago``; a day or more away, the local date
+    and time (with the year only when it is another one)."""
+    now = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
+    assert relative(now, now) == "now"
+    assert relative(now - timedelta(seconds=3.7), now) == "3 s ago"
+    assert relative(now + timedelta(minutes=2, seconds=50), now) == "in 2 min"
+    assert relative(now - timedelta(hours=5), now) == "5 h ago"
+    far = now - timedelta(days=3)
+    assert relative(far, now) == far.astimezone().strftime("%b %d %H:%M")
+    older = datetime(2025, 6, 15, 12, 0, tzinfo=UTC)
+    assert relative(older, now) == older.astimezone().strftime("%Y-%m-%d %H:%M")
+
+
+def test_short_ids_are_the_shortest_prefix_that_tells_apart_those_shown() -> None:
+    """Eight characters at least, more until every id shown differs, never ending on a
+    dash."""
+    a, b = "01a2276a-4480-73e8-967c-b18487cfd3d1", "01a2276a-5e56-72c0-85ae-075f0d458b52"
+    assert short_length([a]) == 8
+    assert short_length([a, b]) == 10
+    assert short_length([a, a[:-1] + "0"]) == 36
+    assert short_length([a, "01a2276b-0000-7000-8000-000000000000"]) == 8
