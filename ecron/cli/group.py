@@ -7,9 +7,10 @@ from typing import IO, Any
 import click
 
 from ecron import __version__
+from ecron.errors import EcronError
 
 
-class OneLineUsageError(click.UsageError):
+class OneLineUsageError(EcronError, click.UsageError):
     """A usage error said in one line, like every other error of the CLI (the usage
     itself is one ``--help`` away)."""
 
