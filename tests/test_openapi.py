@@ -4,6 +4,7 @@ a real daemon (SQLite, a real user service) match."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from openapi_spec_validator import validate
 
 from ecron.api import dashboard, executions, health, openapi
 from ecron.api.app import make_app
+from ecron.core import Status
 from ecron.signing import callback_token
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended
@@ -158,3 +160,39 @@ async def test_answers_of_a_live_daemon_match_their_documented_schemas(
     assert statuses["POST", pause] == {200, 400}
     assert statuses["GET", "/static/{name}"] == {200, 404}
     assert len(statuses) == len(openapi.OPERATIONS) - 1  # all but the document itself
+
+
+async def test_a_cancel_asked_while_another_cancel_of_it_waits_answers_a_documented_409(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """Two cancels of one running execution: the first sends the cancel call and, once the
+    user service answers it, gets the CANCELLED snapshot; the second, asked while that call
+    is unanswered, gets 409 saying the execution is already being stopped, with `detail`
+    null. Both answers match the document, and only one cancel call is sent."""
+    answer_cancel = asyncio.Event()
+
+    async def held(_request: web.Request) -> None:
+        await answer_cancel.wait()  # then the service answers the cancel as usual
+
+    user_service.durations = {"slow": 3600}
+    user_service.script["DELETE"] = [held]
+    async with make_daemon([task("slow", f"{user_service.url}/jobs/slow")]) as daemon:
+        api = Recorder(daemon, await served_document(daemon))
+        _, run = await api.send("POST", "/api/v1/tasks/{name}/run", "/api/v1/tasks/slow/run")
+        cancel, at = "/api/v1/executions/{eid}/cancel", f"/api/v1/executions/{run['id']}/cancel"
+
+        async def running() -> bool:
+            execution = await daemon.store.get_execution(run["id"])
+            return execution is not None and execution.status is Status.RUNNING
+
+        await wait_for(running, timeout=5)
+        first = asyncio.create_task(api.send("POST", cancel, at))
+        await wait_for(lambda: user_service.calls_for(run["id"], "DELETE"), timeout=5)
+        second_status, second = await api.send("POST", cancel, at)
+        answer_cancel.set()
+        first_status, first_body = await first
+    assert (second_status, second["detail"]) == (409, None)
+    assert second["error"] == f"execution {run['id']} is already being stopped (still RUNNING)"
+    assert (first_status, first_body["status"]) == (200, "CANCELLED")
+    assert len(user_service.calls_for(run["id"], "DELETE")) == 1
+    assert api.problems == []

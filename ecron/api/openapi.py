@@ -227,8 +227,9 @@ OPERATIONS: tuple[Operation, ...] = (
             404: NO_EXECUTION,
             409: (
                 schemas.CancelConflict,
-                "it has already ended (`detail` is its snapshot), or the id given is the start "
-                "of several execution ids (`detail` lists them)",
+                "it has already ended (`detail` is its snapshot), the id given is the start "
+                "of several execution ids (`detail` lists them), or it ended, or another stop "
+                "of it was under way, while this cancel was asked (`detail` is null)",
             ),
         },
         parameters=(EID,),

@@ -159,9 +159,18 @@ class AmbiguousId(Answer):
     detail: list[Candidate]
 
 
-class CancelConflict(RootModel[ExecutionConflict | AmbiguousId]):
-    """A 409 of a cancel: it has already ended (``detail`` is its snapshot), or the id given
-    is the start of several execution ids (``detail`` lists them)."""
+class RaceConflict(Answer):
+    """A 409 about what happened while the request was under way: the execution ended, or
+    another stop of it was already under way (no snapshot: it was changing)."""
+
+    error: str
+    detail: None
+
+
+class CancelConflict(RootModel[ExecutionConflict | AmbiguousId | RaceConflict]):
+    """A 409 of a cancel: it has already ended (``detail`` is its snapshot), the id given
+    is the start of several execution ids (``detail`` lists them), or it ended, or another
+    stop of it was under way, while the cancel was asked (``detail`` is null)."""
 
 
 class Alive(Answer):
@@ -218,6 +227,7 @@ MODELS: tuple[type[BaseModel], ...] = (
     ExecutionConflict,
     Candidate,
     AmbiguousId,
+    RaceConflict,
     CancelConflict,
     StepSnapshot,
     ExecutionSnapshot,

@@ -199,7 +199,8 @@ class Executor:
     async def cancel(self, eid: str, message: str) -> Execution:
         """A person's cancel, from any node: the cancel call once, then CANCELLED.
 
-        Raises ``NotFound`` for an unknown eid and ``Conflict`` for a final one.
+        Raises ``NotFound`` for an unknown eid, and ``Conflict`` for a final one, one that
+        ended meanwhile, or one whose stop is already under way on this node.
         """
         execution = self.held.get(eid) or await self.store.get_execution(eid)
         if execution is None:
@@ -209,6 +210,8 @@ class Executor:
         stopped = await self.stopper.stop(execution, Status.CANCELLED, message)
         if stopped is None or stopped.status is not Status.CANCELLED:
             current = await self.store.get_execution(eid)
+            if current is not None and not current.is_final:  # another stop holds it here
+                raise Conflict(f"execution {eid} is already being stopped (still {current.status})")
             status = "gone" if current is None else str(current.status)
             raise Conflict(f"execution {eid} ended as {status} before the cancel")
         return stopped
