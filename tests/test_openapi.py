@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -16,6 +17,7 @@ from ecron.api import dashboard, executions, health, openapi
 from ecron.api.app import make_app
 from ecron.core import Status
 from ecron.signing import callback_token
+from ecron.store.base import TaskState
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended
 from tests.support.openapi import AUTH, TOKEN, Recorder, api_context, served_document
@@ -195,4 +197,31 @@ async def test_a_cancel_asked_while_another_cancel_of_it_waits_answers_a_documen
     assert second["error"] == f"execution {run['id']} is already being stopped (still RUNNING)"
     assert (first_status, first_body["status"]) == (200, "CANCELLED")
     assert len(user_service.calls_for(run["id"], "DELETE")) == 1
+    assert api.problems == []
+
+
+async def test_a_pause_that_loses_every_race_for_the_task_row_answers_a_documented_409(
+    make_daemon: DaemonFactory, user_service: UserService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When another write of the task's row comes first before each of pause's tries (the
+    real store, each rival a real write), pause answers 409 "kept changing; try again" as
+    the document describes, and the task is left unpaused."""
+    async with make_daemon([task("a", f"{user_service.url}/jobs/x")]) as daemon:
+        store, api = daemon.store, Recorder(daemon, await served_document(daemon))
+        real = store.set_paused
+
+        async def rival_first(
+            name: str, paused: bool, reason: str | None, following: Any, *, version: int
+        ) -> TaskState | None:
+            now = await store.get_task(name)
+            assert now is not None
+            await real(name, now.paused, now.paused_reason, now.next_fire_at, version=now.version)
+            return await real(name, paused, reason, following, version=version)
+
+        monkeypatch.setattr(store, "set_paused", rival_first)
+        status, body = await api.send("POST", "/api/v1/tasks/{name}/pause", "/api/v1/tasks/a/pause")
+        monkeypatch.undo()
+        after = await store.get_task("a")
+    assert (status, body) == (409, {"error": "task 'a' kept changing; try again", "detail": None})
+    assert after is not None and not after.paused
     assert api.problems == []

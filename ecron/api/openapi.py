@@ -90,6 +90,10 @@ TEXT = ("text/plain", {"type": "string"})
 TOO_LARGE: Answer = (ERROR, "the body is over 1 MiB (1,048,576 bytes)")
 TASK_GONE: Answer = (ERROR, "no task of that name, a retired one, or one not in this node's config")
 NO_EXECUTION: Answer = (ERROR, "no execution with that id, nor one that it is the start of")
+KEPT_CHANGING: Answer = (
+    ERROR,
+    "the task's row was written by something else before each of five tries; try again",
+)
 AMBIGUOUS: Answer = (
     schemas.AmbiguousId,
     "the id given is the start of several execution ids (`detail` lists up to 10); give more of it",
@@ -145,8 +149,9 @@ OPERATIONS: tuple[Operation, ...] = (
         "The body is optional: a JSON object, whose `reason` is shown as `paused_reason`.",
         {
             200: (schemas.TaskSnapshot, 'the task, now `"paused": true`'),
-            400: (ERROR, "the body is not a JSON object, or its `reason` is not a text"),
+            400: (ERROR, "the body is not a JSON object, or its `reason` is not a text or null"),
             404: TASK_GONE,
+            409: KEPT_CHANGING,
             413: TOO_LARGE,
         },
         parameters=(NAME,),
@@ -159,7 +164,11 @@ OPERATIONS: tuple[Operation, ...] = (
         "Unpause a task",
         "Its schedule restarts from now (missed fire times are not replayed) and its count "
         "of failures in a row goes back to 0. No body is read.",
-        {200: (schemas.TaskSnapshot, 'the task, now `"paused": false`'), 404: TASK_GONE},
+        {
+            200: (schemas.TaskSnapshot, 'the task, now `"paused": false`'),
+            404: TASK_GONE,
+            409: KEPT_CHANGING,
+        },
         parameters=(NAME,),
     ),
     Operation(
