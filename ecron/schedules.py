@@ -161,7 +161,13 @@ def _read_time(value: Any, tz: tzinfo, key: str) -> datetime:
         raise ScheduleError(f"{key}: {value!r} is not a time: write it like 2026-12-01T03:00:00Z")
     if when.tzinfo is None:
         when = when.replace(tzinfo=tz)
-    return when.astimezone(UTC)
+    try:
+        return when.astimezone(UTC)
+    except OverflowError:  # 0001-01-01 east of UTC, 9999-12-31 west of it
+        raise ScheduleError(
+            f"{key}: {value!r} is not a time ecron can use: in UTC it falls before the "
+            "year 1 or after the year 9999"
+        ) from None
 
 
 def _parse_cron(text: str, tz: tzinfo) -> Schedule:

@@ -701,3 +701,23 @@ def test_a_cron_expression_that_can_never_fire_is_refused() -> None:
     with pytest.raises(ScheduleError, match="never fires"):
         parse_schedule("0 0 30 2 *")
     assert parse_schedule("0 0 29 2 *").kind is ScheduleKind.CRON  # leap days do exist
+
+
+@pytest.mark.parametrize(
+    ("value", "timezone"),
+    [
+        ({"at": "0001-01-01T00:00:00+01:00"}, "UTC"),
+        ({"at": "0001-01-01T00:00:00"}, "Asia/Tokyo"),
+        ({"at": "9999-12-31T23:59:59-01:00"}, "UTC"),
+        ({"every": "1h", "start": "9999-12-31T23:00:00"}, "America/New_York"),
+    ],
+)
+def test_a_time_that_falls_off_the_calendar_in_utc_is_refused_with_a_schedule_error(
+    value: dict[str, str], timezone: str
+) -> None:
+    """A time whose UTC instant is before the year 1 or after 9999 is a ScheduleError
+    naming the key and the value (it was an OverflowError that the config loader let
+    through; found by tests/test_fuzz_input.py)."""
+    key = "start" if "start" in value else "at"
+    with pytest.raises(ScheduleError, match=rf"^{key}: '.*' is not a time ecron can use"):
+        parse_schedule(value, timezone)
