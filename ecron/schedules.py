@@ -193,7 +193,18 @@ def next_fire_time(schedule: Schedule, previous: datetime | None, now: datetime)
     by the clock, in both passes of a repeated hour and not in a skipped one. A
     time without an offset (``at``, ``every``'s ``start``) is read the same way as a
     fixed-time job: the first of a repeated time, a skipped one shifted by the gap.
+
+    A fire time past the end of the calendar (after 9999-12-31 in UTC) is none.
     """
+    try:
+        return _next_fire_time(schedule, previous, now)
+    except (OverflowError, ValueError):  # datetime's "year 10000 is out of range", and such
+        return None
+
+
+def _next_fire_time(
+    schedule: Schedule, previous: datetime | None, now: datetime
+) -> datetime | None:
     if schedule.kind is ScheduleKind.MANUAL:
         return None
     if schedule.kind is ScheduleKind.AFTER:

@@ -721,3 +721,23 @@ def test_a_time_that_falls_off_the_calendar_in_utc_is_refused_with_a_schedule_er
     key = "start" if "start" in value else "at"
     with pytest.raises(ScheduleError, match=rf"^{key}: '.*' is not a time ecron can use"):
         parse_schedule(value, timezone)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"every": "1h", "start": "9999-12-31T23:30:00Z"},
+        {"every": "36500d", "start": "9999-01-01T00:00:00Z"},
+        {"at": "9999-12-31T23:59:59.9996Z"},
+    ],
+)
+def test_a_fire_time_past_the_end_of_the_calendar_is_none(value: dict[str, str]) -> None:
+    """The fire time after one late in 9999-12-31, or one that rounds to the millisecond
+    past it, is none: next_fire_time answers None instead of raising datetime's
+    "year 10000 is out of range" (found by tests/test_fuzz_input.py)."""
+    schedule = parse_schedule(value)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    first = next_fire_time(schedule, None, now)
+    following = None if first is None else next_fire_time(schedule, first, now)
+    assert following is None
+    assert first is None or first.year == 9999
