@@ -25,7 +25,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from ecron.cron import CronRule, parse_cron
 from ecron.cron import cron_weekdays as cron_weekdays
-from ecron.durations import format_duration, parse_duration
+from ecron.durations import format_duration, parse_setting
 from ecron.errors import ScheduleError
 
 #: ``every`` schedules without ``start`` fire at whole multiples of their interval since this.
@@ -139,7 +139,7 @@ def _parse_mapping(value: dict[str, Any], tz: tzinfo) -> Schedule:
 
 def _positive_duration(value: Any, key: str) -> timedelta:
     try:
-        duration = parse_duration(value)
+        duration = parse_setting(value)
     except ValueError as exc:
         raise ScheduleError(f"{key}: {exc}") from None
     if duration <= timedelta(0):
