@@ -23,6 +23,7 @@ from pathlib import Path
 from textwrap import dedent
 from typing import Any
 
+import aiohttp
 import pytest
 import structlog
 from aiohttp import web
@@ -33,7 +34,10 @@ from ecron import logs
 from ecron.cli import cli
 from ecron.config import load_config
 from ecron.config.model import config_secrets
-from tests.support.service import UserService
+from ecron.daemon import Daemon
+from ecron.signing import callback_token
+from tests.protocol_support import ended
+from tests.support.service import UserService, wait_for
 
 #: One distinctive value per kind of secret.
 SECRETS = {
@@ -143,6 +147,40 @@ class Receiver:
         return web.Response(status=204)
 
 
+async def surfaces(daemon: Daemon, eids: list[str]) -> dict[str, str]:
+    """Every answer a person or a tool can read, by what it is."""
+    base = f"http://127.0.0.1:{daemon.port}"
+    wrong = {"Authorization": f"Bearer {SECRETS['api_token'][:-1]}"}
+    asks: list[tuple[str, str, dict[str, str], Any]] = [
+        ("GET", "/api/v1/tasks", AUTH, None),
+        ("GET", "/api/v1/tasks/echo", AUTH, None),
+        ("GET", "/api/v1/tasks/steps", AUTH, None),
+        ("GET", "/api/v1/tasks/nope", AUTH, None),
+        ("GET", "/api/v1/executions?limit=500", AUTH, None),
+        ("GET", "/metrics", {}, None),
+        ("GET", "/readyz", {}, None),
+        ("GET", "/healthz", {}, None),
+        ("GET", "/api/v1/openapi.json", {}, None),
+        ("GET", "/api/v1/tasks", {}, None),
+        ("POST", "/api/v1/tasks/echo/run", wrong, None),
+    ]
+    for eid in eids:
+        token = {"Authorization": f"Bearer {callback_token(SECRETS['callback'], eid)}"}
+        asks += [
+            ("GET", f"/api/v1/executions/{eid}", AUTH, None),
+            ("GET", f"/api/v1/executions/{eid}/steps", AUTH, None),
+            ("POST", f"/api/v1/executions/{eid}/cancel", AUTH, None),
+            ("POST", f"/api/v1/executions/{eid}/report", wrong, b"{}"),
+            ("POST", f"/api/v1/executions/{eid}/report", token, b'{"status": "nope"}'),
+        ]
+    found = {}
+    async with aiohttp.ClientSession() as session:
+        for method, path, headers, data in asks:
+            async with session.request(method, base + path, headers=headers, data=data) as r:
+                found[f"{method} {path} ({r.status})"] = f"{dict(r.headers)}\n{await r.text()}"
+    return found
+
+
 def validate(directory: Path, environ: dict[str, str]) -> tuple[int, str]:
     """``ecron validate -c DIR`` in ``environ``: its exit code and everything it printed."""
     result = CliRunner().invoke(cli, ["validate", "-c", str(directory)], env=environ)
@@ -152,6 +190,59 @@ def validate(directory: Path, environ: dict[str, str]) -> tuple[int, str]:
 def leaked(text: str, extra: list[str]) -> list[str]:
     """Which secret values (and ``extra`` ones, made from them) appear in ``text``."""
     return [value for value in [*SECRETS.values(), *extra] if value in text]
+
+
+async def test_no_secret_shows_in_logs_answers_snapshots_alerts_metrics_or_validate(
+    user_service: UserService, json_logs: io.StringIO, tmp_path: Path
+) -> None:
+    """With a distinctive value for every secret, and a service that echoes its calls'
+    credentials into its answers: two executions end FAILED protocol_error (their
+    messages quoting the answers, with the secrets written ***), one alert fails (logged)
+    and one is delivered, and none of the values, nor the callback tokens ecron made,
+    shows in any log line, API answer (snapshots, the task view, errors), /metrics, alert
+    body, or ``ecron validate``'s output."""
+    user_service.duration = 3600
+    user_service.behaviour = echoing(user_service)
+    receiver = Receiver()
+    app = web.Application()
+    app.router.add_post("/hooks/{rest}", receiver.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    hook = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    environ = {"HEADER": SECRETS["header"]}
+    directory = write_config(tmp_path / "config", user_service.url, hook)
+    try:
+        async with Daemon(load_config(directory, environ)) as daemon:
+            eids = [await _run(daemon, name) for name in ("echo", "steps")]
+            executions = [await ended(daemon, eid) for eid in eids]
+            await wait_for(lambda: receiver.bodies, timeout=10)
+            answers = await surfaces(daemon, eids)
+    finally:
+        await runner.cleanup()
+    tokens = [callback_token(SECRETS["callback"], r) for r in (*eids, f"{eids[1]}.1")]
+    assert [(e.status.value, str(e.reason)) for e in executions] == [
+        ("FAILED", "protocol_error"),
+        ("FAILED", "protocol_error"),
+    ]
+    assert all("***" in (e.message or "") for e in executions), [e.message for e in executions]
+    for surface, text in answers.items():
+        assert leaked(text, tokens) == [], surface
+    log_text = json_logs.getvalue()
+    assert '"alert_failed"' in log_text and '"alert_sent"' in log_text
+    assert leaked(log_text, tokens) == []
+    assert leaked("\n".join(receiver.bodies), tokens) == []
+    code, printed = validate(directory, environ)
+    assert code == 0 and "echo" in printed and leaked(printed, []) == []
+
+
+async def _run(daemon: Daemon, name: str) -> str:
+    url = f"http://127.0.0.1:{daemon.port}/api/v1/tasks/{name}/run"
+    async with aiohttp.ClientSession() as session, session.post(url, headers=AUTH) as answer:
+        assert answer.status == 202
+        eid: str = (await answer.json())["id"]
+        return eid
 
 
 def test_validate_names_every_broken_secret_without_quoting_it(tmp_path: Path) -> None:
