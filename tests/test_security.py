@@ -216,3 +216,15 @@ async def test_the_dashboard_holds_no_data_and_asks_only_endpoints_that_need_the
         if operation.path in asked:
             status, _ = await send(daemon, operation.method, _path(operation, values), {})
             assert status == 401, operation.path
+
+
+def test_every_test_docs_security_md_names_exists() -> None:
+    """docs/security.md names the test behind each rule: each named file and test exists,
+    so the document cannot go on citing a test that was renamed or removed."""
+    root = Path(__file__).resolve().parent.parent
+    text = (root / "docs" / "security.md").read_text()
+    named = re.findall(r"`(tests/\w+\.py)(?:::(\w+))?`", text)
+    assert len(named) >= 10
+    for path, test in named:
+        source = (root / path).read_text()
+        assert not test or re.search(rf"^(async )?def {test}\(", source, re.M), (path, test)
