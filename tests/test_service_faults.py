@@ -179,12 +179,11 @@ async def test_a_body_over_the_limit_is_refused_after_reading_at_most_the_limit(
     faulty: Faulty,
 ) -> None:
     """An endless body is read up to BODY_LIMIT and no further: the call ends as soon as
-    the limit is passed, well before the request timeout, naming the limit."""
-    started = time.monotonic()
+    the limit is passed, before the request timeout (else it would be no answer), naming
+    the limit."""
     outcome = await faulty.caller.poll(faulty.call("/endless"), CTX)
     assert outcome.kind is OutcomeKind.BAD_REPORT
     assert f"body over {BODY_LIMIT} bytes" in outcome.detail
-    assert time.monotonic() - started < TIMEOUT
 
 
 def _rss() -> int:
