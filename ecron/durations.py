@@ -61,9 +61,23 @@ def format_duration(value: timedelta) -> str:
     return "".join(parts)
 
 
-#: A ``timedelta`` field read with ``parse_duration`` and written back with ``format_duration``.
+#: The longest duration a setting may have: 100 years. A longer one, added to a time of
+#: this century (a deadline, a lease, the next poll) or taken from it (history retention),
+#: would run off the calendar past the year 9999 or before the year 1.
+LONGEST = timedelta(days=36500)
+
+
+def parse_setting(value: Any) -> timedelta:
+    """``parse_duration`` for a setting: also refuses a duration longer than ``LONGEST``."""
+    duration = parse_duration(value)
+    if duration > LONGEST:
+        raise ValueError(f"{value!r} is too long a duration (at most 36500d, 100 years)")
+    return duration
+
+
+#: A ``timedelta`` field read with ``parse_setting`` and written back with ``format_duration``.
 Duration = Annotated[
     timedelta,
-    BeforeValidator(parse_duration),
+    BeforeValidator(parse_setting),
     PlainSerializer(format_duration, return_type=str, when_used="json"),
 ]

@@ -3,7 +3,9 @@
 Every line about an execution carries ``task``, ``execution_id``, ``attempt``, ``node``
 and, for a multi-step task, ``step``, bound once with contextvars. Secrets never reach
 a log line: values registered with ``hide`` (header values, signing secrets, the API
-token) are replaced wherever they appear, and so is any field named like a secret.
+token, the callback secret, the database password, webhook URLs) are replaced wherever
+they appear, and so is any field named like a secret. ``scrub`` does the same for text
+that is stored (what an execution's message quotes of an answer).
 """
 
 from __future__ import annotations
@@ -43,14 +45,20 @@ def redact(_logger: WrappedLogger, _method: str, event: EventDict) -> EventDict:
     return {key: _clean(key, value) for key, value in event.items()}
 
 
+def scrub(text: str) -> str:
+    """``text`` with every value registered with ``hide`` written ``***``: for texts that
+    leave the process other than by a log line (an execution's message quoting an answer)."""
+    for secret in _secrets:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
 def _clean(key: str, value: Any) -> Any:
     if SECRET_FIELD.search(key) and value not in (None, ""):
         return REDACTED
     if isinstance(value, str):
-        for secret in _secrets:
-            if secret in value:
-                value = value.replace(secret, REDACTED)
-        return value
+        return scrub(value)
     if isinstance(value, dict):
         return {k: _clean(str(k), v) for k, v in value.items()}
     if isinstance(value, list | tuple):

@@ -25,7 +25,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from ecron.cron import CronRule, parse_cron
 from ecron.cron import cron_weekdays as cron_weekdays
-from ecron.durations import format_duration, parse_duration
+from ecron.durations import format_duration, parse_setting
 from ecron.errors import ScheduleError
 
 #: ``every`` schedules without ``start`` fire at whole multiples of their interval since this.
@@ -139,7 +139,7 @@ def _parse_mapping(value: dict[str, Any], tz: tzinfo) -> Schedule:
 
 def _positive_duration(value: Any, key: str) -> timedelta:
     try:
-        duration = parse_duration(value)
+        duration = parse_setting(value)
     except ValueError as exc:
         raise ScheduleError(f"{key}: {exc}") from None
     if duration <= timedelta(0):
@@ -161,7 +161,13 @@ def _read_time(value: Any, tz: tzinfo, key: str) -> datetime:
         raise ScheduleError(f"{key}: {value!r} is not a time: write it like 2026-12-01T03:00:00Z")
     if when.tzinfo is None:
         when = when.replace(tzinfo=tz)
-    return when.astimezone(UTC)
+    try:
+        return when.astimezone(UTC)
+    except OverflowError:  # 0001-01-01 east of UTC, 9999-12-31 west of it
+        raise ScheduleError(
+            f"{key}: {value!r} is not a time ecron can use: in UTC it falls before the "
+            "year 1 or after the year 9999"
+        ) from None
 
 
 def _parse_cron(text: str, tz: tzinfo) -> Schedule:
@@ -187,7 +193,18 @@ def next_fire_time(schedule: Schedule, previous: datetime | None, now: datetime)
     by the clock, in both passes of a repeated hour and not in a skipped one. A
     time without an offset (``at``, ``every``'s ``start``) is read the same way as a
     fixed-time job: the first of a repeated time, a skipped one shifted by the gap.
+
+    A fire time past the end of the calendar (after 9999-12-31 in UTC) is none.
     """
+    try:
+        return _next_fire_time(schedule, previous, now)
+    except (OverflowError, ValueError):  # datetime's "year 10000 is out of range", and such
+        return None
+
+
+def _next_fire_time(
+    schedule: Schedule, previous: datetime | None, now: datetime
+) -> datetime | None:
     if schedule.kind is ScheduleKind.MANUAL:
         return None
     if schedule.kind is ScheduleKind.AFTER:

@@ -34,7 +34,7 @@ from ecron.core import (
     deadline_passed,
     parse_report,
 )
-from ecron.core.model import MESSAGE_LIMIT, RESULT_LIMIT
+from ecron.core.model import MESSAGE_LIMIT, RESULT_DEPTH, RESULT_LIMIT
 from ecron.core.status import TRANSITIONS, can_move
 
 T0 = datetime(2026, 5, 4, 12, 0, tzinfo=UTC)
@@ -390,6 +390,32 @@ def test_a_result_over_64_kib_is_cut_and_flagged() -> None:
     assert isinstance(parsed.result, str)
     assert 0 < len(parsed.result.encode()) <= RESULT_LIMIT
     assert json.dumps(result, ensure_ascii=False).startswith(parsed.result)
+
+
+def _nest(depth: int) -> Any:
+    """A value of ``depth`` nested lists and dicts, built without recursion."""
+    value: Any = []
+    for level in range(depth - 1):
+        value = {"x": value} if level % 2 else [value]
+    return value
+
+
+def test_a_result_nested_deeper_than_the_limit_is_dropped_flagged_and_warned_about() -> None:
+    """A result 100 levels deep is kept; one more level (or 5,000: deeper than any encoder
+    can write back) is not stored, the report is flagged and still counts, and the reason
+    is in its warnings, never a RecursionError."""
+    kept = parse_report({"status": "SUCCESS", "result": _nest(RESULT_DEPTH)})
+    assert kept.result == _nest(RESULT_DEPTH) and not kept.result_truncated
+    for depth in (RESULT_DEPTH + 1, 5000):
+        parsed = parse_report({"status": "SUCCESS", "result": _nest(depth)})
+        assert (parsed.status, parsed.result, parsed.result_truncated) == (
+            RemoteStatus.SUCCESS,
+            None,
+            True,
+        )
+        assert parsed.warnings == (
+            f"result is nested more than {RESULT_DEPTH} levels deep; not stored",
+        )
 
 
 @pytest.mark.parametrize(

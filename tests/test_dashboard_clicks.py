@@ -7,6 +7,7 @@ Skipped on a developer machine without chromium, chromium-driver or selenium; fa
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -193,13 +194,18 @@ async def test_pause_and_unpause_send_the_token_typed_into_the_page_and_a_401_sa
 async def test_messages_and_reasons_that_hold_html_are_shown_as_text_and_never_run(
     make_daemon: DaemonFactory, user_service: UserService, driver: WebDriver
 ) -> None:
-    """A user service's message and a pause reason holding <script> and <img onerror> show
-    as those characters, in the history and on the execution's page: no element is made
-    from them and no script of theirs runs."""
-    user_service.script["POST"] = [reply(200, {"status": "FAILED", "message": HOSTILE})]
+    """A user service's message, a result and a pause reason holding <script> and <img
+    onerror> show as those characters, in the history and on the execution's page: no
+    element is made from them and no script of theirs runs."""
+    user_service.script["POST"] = [
+        reply(200, {"status": "FAILED", "message": HOSTILE}),
+        reply(200, {"status": "SUCCESS", "result": {"html": HOSTILE}}),
+    ]
     async with make_daemon([task("evil", f"{user_service.url}/jobs/x")]) as daemon:
         eid = await run_once(daemon, "evil")
         await ended(daemon, eid)
+        succeeded = await run_once(daemon, "evil")
+        await ended(daemon, succeeded)
         await post(daemon, "/tasks/evil/pause", {"reason": f"because {HOSTILE}"})
         page = dashboard(driver, daemon)
         await page.open()
@@ -215,6 +221,9 @@ async def test_messages_and_reasons_that_hold_html_are_shown_as_text_and_never_r
             '#execution-details dd[data-field="message"]', lambda text: text != "", "its page"
         )
         assert detail == HOSTILE
+        await page.open(f"#/executions/{succeeded}")
+        result = await page.wait_text("#result", lambda text: "html" in text, "the result")
+        assert result == json.dumps({"html": HOSTILE}, indent=2)
         made = await page.script(
             "return [document.querySelectorAll('img').length,"
             " document.querySelectorAll('body script').length, window.ecronXss === undefined]"

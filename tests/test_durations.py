@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ecron.durations import format_duration, parse_duration
+from ecron.durations import LONGEST, format_duration, parse_duration, parse_setting
 
 
 @pytest.mark.parametrize(
@@ -131,3 +131,12 @@ def test_format_duration_of_a_parsed_value_is_stable(milliseconds: int) -> None:
     """Formatting, parsing and formatting again gives the same text."""
     text = format_duration(timedelta(milliseconds=milliseconds))
     assert format_duration(parse_duration(text)) == text
+
+
+def test_the_longest_duration_a_setting_takes_is_100_years() -> None:
+    """36500d is taken, one millisecond more is not (a ValueError naming the value): a
+    longer setting ran the times it is added to off the calendar (an OverflowError in the
+    daemon's loops; found by tests/test_fuzz_input.py)."""
+    assert parse_setting("36500d") == LONGEST == timedelta(days=36500)
+    with pytest.raises(ValueError, match=r"'36500d1ms' is too long a duration"):
+        parse_setting("36500d1ms")

@@ -701,3 +701,43 @@ def test_a_cron_expression_that_can_never_fire_is_refused() -> None:
     with pytest.raises(ScheduleError, match="never fires"):
         parse_schedule("0 0 30 2 *")
     assert parse_schedule("0 0 29 2 *").kind is ScheduleKind.CRON  # leap days do exist
+
+
+@pytest.mark.parametrize(
+    ("value", "timezone"),
+    [
+        ({"at": "0001-01-01T00:00:00+01:00"}, "UTC"),
+        ({"at": "0001-01-01T00:00:00"}, "Asia/Tokyo"),
+        ({"at": "9999-12-31T23:59:59-01:00"}, "UTC"),
+        ({"every": "1h", "start": "9999-12-31T23:00:00"}, "America/New_York"),
+    ],
+)
+def test_a_time_that_falls_off_the_calendar_in_utc_is_refused_with_a_schedule_error(
+    value: dict[str, str], timezone: str
+) -> None:
+    """A time whose UTC instant is before the year 1 or after 9999 is a ScheduleError
+    naming the key and the value (it was an OverflowError that the config loader let
+    through; found by tests/test_fuzz_input.py)."""
+    key = "start" if "start" in value else "at"
+    with pytest.raises(ScheduleError, match=rf"^{key}: '.*' is not a time ecron can use"):
+        parse_schedule(value, timezone)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"every": "1h", "start": "9999-12-31T23:30:00Z"},
+        {"every": "36500d", "start": "9999-01-01T00:00:00Z"},
+        {"at": "9999-12-31T23:59:59.9996Z"},
+    ],
+)
+def test_a_fire_time_past_the_end_of_the_calendar_is_none(value: dict[str, str]) -> None:
+    """The fire time after one late in 9999-12-31, or one that rounds to the millisecond
+    past it, is none: next_fire_time answers None instead of raising datetime's
+    "year 10000 is out of range" (found by tests/test_fuzz_input.py)."""
+    schedule = parse_schedule(value)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    first = next_fire_time(schedule, None, now)
+    following = None if first is None else next_fire_time(schedule, first, now)
+    assert following is None
+    assert first is None or first.year == 9999

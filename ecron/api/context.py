@@ -48,3 +48,11 @@ def error(status: int, message: str, detail: Any = None) -> web.Response:
 def context(request: web.Request) -> ApiContext:
     """The daemon parts behind this request."""
     return request.app[CONTEXT]
+
+
+async def ignore_body(request: web.Request) -> None:
+    """For an endpoint that reads no body: a body sent anyway is read (up to the size limit)
+    and ignored, so that one over 1 MiB is answered 413 as on every endpoint that reads one,
+    not silently taken."""
+    if request.can_read_body:
+        await request.read()  # over client_max_size: web.HTTPRequestEntityTooLarge

@@ -8,7 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ecron.api.context import NUL, context, error
+from ecron.api.context import NUL, context, error, ignore_body
 from ecron.clock import iso
 from ecron.core import Execution, InvalidReport, RemoteStatus, Status, parse_report
 from ecron.errors import Ambiguous, NotFound
@@ -116,6 +116,7 @@ async def get_steps(request: web.Request) -> web.Response:
 async def cancel_execution(request: web.Request) -> web.Response:
     """A person's cancel: the cancel call is sent once, then the execution ends CANCELLED.
     Answers 200 with the final snapshot, 404 for an unknown id, 409 for a final one."""
+    await ignore_body(request)
     execution = await _execution(request)
     if execution.is_final:
         return error(
@@ -190,6 +191,7 @@ async def resume_execution(request: web.Request) -> web.Response:
     """Resume from the first step that did not succeed: 202 and the new execution; 409 when
     it cannot be resumed (not final, succeeded, already resumed, or the task is running);
     404 when unknown."""
+    await ignore_body(request)
     execution = await _execution(request)
     created = await context(request).commands.resume(execution.eid, why="api")
     return web.json_response(await snapshot(request, created), status=202)

@@ -127,7 +127,8 @@ OPERATIONS: tuple[Operation, ...] = (
         "tasks",
         "Run a task now",
         "A manual run, under the task's `concurrency`, even when paused or disabled. The "
-        "answer comes at once; the trigger call leaves in the background. No body is read.",
+        "answer comes at once; the trigger call leaves in the background. A body is "
+        "ignored (one over 1 MiB answers 413).",
         {
             202: (schemas.ExecutionSnapshot, "a new execution was created: its snapshot"),
             200: (
@@ -137,6 +138,7 @@ OPERATIONS: tuple[Operation, ...] = (
             ),
             404: TASK_GONE,
             409: (ERROR, "no free moment for a new run (many asked for in one millisecond)"),
+            413: TOO_LARGE,
         },
         parameters=(NAME,),
     ),
@@ -163,11 +165,12 @@ OPERATIONS: tuple[Operation, ...] = (
         "tasks",
         "Unpause a task",
         "Its schedule restarts from now (missed fire times are not replayed) and its count "
-        "of failures in a row goes back to 0. No body is read.",
+        "of failures in a row goes back to 0. A body is ignored (one over 1 MiB answers 413).",
         {
             200: (schemas.TaskSnapshot, 'the task, now `"paused": false`'),
             404: TASK_GONE,
             409: KEPT_CHANGING,
+            413: TOO_LARGE,
         },
         parameters=(NAME,),
     ),
@@ -230,7 +233,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "executions",
         "Cancel an execution",
         "Sends the cancel call once; the execution ends CANCELLED whatever the answer. The "
-        "answer waits for the cancel call. No body is read.",
+        "answer waits for the cancel call. A body is ignored (one over 1 MiB answers 413).",
         {
             200: (schemas.ExecutionSnapshot, "the final snapshot"),
             404: NO_EXECUTION,
@@ -240,6 +243,7 @@ OPERATIONS: tuple[Operation, ...] = (
                 "of several execution ids (`detail` lists them), or it ended, or another stop "
                 "of it was under way, while this cancel was asked (`detail` is null)",
             ),
+            413: TOO_LARGE,
         },
         parameters=(EID,),
     ),
@@ -249,7 +253,8 @@ OPERATIONS: tuple[Operation, ...] = (
         "executions",
         "Resume an execution",
         "A new execution that starts from the first step that did not succeed (`resume_of` "
-        "the old one). The trigger leaves in the background. No body is read.",
+        "the old one). The trigger leaves in the background. A body is ignored (one over "
+        "1 MiB answers 413).",
         {
             202: (schemas.ExecutionSnapshot, "the new execution"),
             404: (ERROR, "no execution with that id, or its task is not in this node's config"),
@@ -260,6 +265,7 @@ OPERATIONS: tuple[Operation, ...] = (
                 "left to do; or the id given is the start of several execution ids "
                 "(`detail` lists them)",
             ),
+            413: TOO_LARGE,
         },
         parameters=(EID,),
     ),

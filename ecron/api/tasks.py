@@ -6,7 +6,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ecron.api.context import NUL, context, error
+from ecron.api.context import NUL, context, error, ignore_body
 from ecron.api.executions import snapshot, snapshots
 from ecron.errors import NotFound
 from ecron.snapshots import task_snapshot
@@ -55,6 +55,7 @@ async def get_task(request: web.Request) -> web.Response:
 async def run_task(request: web.Request) -> web.Response:
     """Start the task now: 202 and the new execution; under ``concurrency: forbid`` with one
     active, 200 and that one (nothing new starts). The trigger leaves in the background."""
+    await ignore_body(request)
     task = await _task(request)
     if not context(request).commands.knows(task.name):
         raise NotFound(f"task {task.name!r} is not in this node's config")
@@ -89,6 +90,7 @@ async def pause_task(request: web.Request) -> web.Response:
 async def unpause_task(request: web.Request) -> web.Response:
     """Unpause the task: its schedule restarts from now (missed fire times are not replayed)
     and its count of failures in a row starts again from zero."""
+    await ignore_body(request)
     task = await _task(request)
     state = await context(request).commands.unpause(task.name)
     return web.json_response(await _snapshot(request, state))

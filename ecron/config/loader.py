@@ -34,6 +34,10 @@ ENV_ALIASES: dict[tuple[str, ...], tuple[str, ...]] = {("database",): ("ECRON_DA
 _REFERENCE = re.compile(r"\$\$\{|\$\{([^}]*)\}|\$\{")
 _VARIABLE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?", re.DOTALL)
 _SQLITE = "sqlite+aiosqlite:///"
+#: Fields whose values are secrets: a problem with one never quotes the value.
+_SECRET_PATH = re.compile(r"(^|\.)(secret|api_token)$|(^|\.)headers(\.|\[|$)|webhooks\[\d+\]\.url$")
+#: How a secret value is shown in a problem.
+HIDDEN = "***"
 _Problems = list[tuple[str, str]]  # (field path, what is wrong)
 
 
@@ -302,7 +306,8 @@ def _expand(text: str, env: Mapping[str, str], path: str, bad: _Problems) -> str
         if reference is None:
             wrong = "a '${' without a closing '}'" if body is None else f"a malformed {whole!r}"
             hint = "write ${NAME} or ${NAME:-default}, and $${ for a literal ${"
-            bad.append((path, f"{text!r} has {wrong}: {hint}."))
+            shown = HIDDEN if _SECRET_PATH.search(path) else repr(text)
+            bad.append((path, f"{shown} has {wrong}: {hint}."))
             return whole
         name, default = reference.group(1), reference.group(2)
         value = env.get(name)
@@ -340,13 +345,19 @@ def _explain(exc: ValidationError, model: type[BaseModel], skip: list[str]) -> _
             inner = prefixed.group(1)
             if not path or (isinstance(value, dict) and inner in value):
                 path, text = _join(path, inner), prefixed.group(2)
-        text = _sentence(error["type"], text, value, owner, path)
+        if _SECRET_PATH.search(path):  # never quoted, not even in a validator's own words
+            text = text.replace(repr(value), HIDDEN) if isinstance(value, str) else text
+            shown = HIDDEN
+        else:
+            shown = _show(value)
+        text = _sentence(error["type"], text, shown, owner, path)
         if not any(_under(path, prefix) for prefix in skip) and (path, text) not in found:
             found.append((path, text))
     return found
 
 
-def _sentence(kind: str, text: str, value: Any, owner: type[BaseModel] | None, path: str) -> str:
+def _sentence(kind: str, text: str, shown: str, owner: type[BaseModel] | None, path: str) -> str:
+    """The problem in words; ``shown``: the value as a problem may quote it."""
     if kind == "missing":
         return "is required but not set."
     if kind == "extra_forbidden":
@@ -354,11 +365,11 @@ def _sentence(kind: str, text: str, value: Any, owner: type[BaseModel] | None, p
         close = difflib.get_close_matches(key, list(owner.model_fields) if owner else [], n=1)
         return "is not a known key" + (f"; did you mean {close[0]!r}?" if close else ".")
     if kind == "literal_error":
-        return f"{_show(value)} is not allowed: use {text.removeprefix('Input should be ')}."
+        return f"{shown} is not allowed: use {text.removeprefix('Input should be ')}."
     if kind != "value_error":
-        text = f"{_show(value)} is not valid: {text[:1].lower()}{text[1:]}"
+        text = f"{shown} is not valid: {text[:1].lower()}{text[1:]}"
     elif text.startswith("must "):
-        text = f"{_show(value)} {text}"
+        text = f"{shown} {text}"
     return text if text.endswith((".", "?")) else text + "."
 
 

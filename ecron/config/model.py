@@ -12,6 +12,7 @@ import re
 from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any, Literal
+from urllib.parse import unquote
 
 import orjson
 from pydantic import (
@@ -22,6 +23,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from ecron.durations import Duration
 from ecron.errors import ScheduleError
@@ -350,10 +353,17 @@ class DaemonSettings(_Strict):
     @field_validator("database")
     @classmethod
     def _database(cls, value: str) -> str:
+        shown = without_password(value)  # a problem with the URL never quotes its password
         if not value.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://")):
             raise ValueError(
-                f"{value!r}: use sqlite+aiosqlite:///FILE or postgresql+asyncpg://USER:PW@HOST/DB"
+                f"{shown!r}: use sqlite+aiosqlite:///FILE or postgresql+asyncpg://USER:PW@HOST/DB"
             )
+        try:
+            port = make_url(value).port
+        except (ArgumentError, ValueError) as exc:  # "host:x/db": the port is not a number
+            raise ValueError(f"{shown!r} is not a database URL ({exc})") from None
+        if port is not None and not 0 < port <= 65535:
+            raise ValueError(f"{shown!r} is not a database URL (port {port} is not 1 to 65535)")
         return value
 
     @field_validator("lease_ttl", "tick", "patrol_interval", "history_retention")
@@ -380,11 +390,30 @@ class Config(BaseModel):
     tasks: dict[str, TaskSpec]
 
 
+#: The password of a database URL: between ``scheme://user:`` and the last ``@``.
+_PASSWORD = re.compile(r"(://[^:/@]*:)(.*)@")
+
+
+def without_password(url: str) -> str:
+    """``url`` with its password, if it has one, written ``***``."""
+    return _PASSWORD.sub(r"\1***@", url, count=1)
+
+
+def database_password(url: str) -> str | None:
+    """The password in a database URL, as written, or None."""
+    found = _PASSWORD.search(url)
+    return None if found is None else found.group(2)
+
+
 def config_secrets(config: Config) -> list[str | None]:
     """Every configured value that must never show in a log line: the API token, the
-    secrets, and every header value (of tasks, steps and webhooks)."""
+    secrets, the database password, and every header value (of tasks, steps and
+    webhooks)."""
     daemon = config.daemon
-    values: list[str | None] = [daemon.api_token, daemon.secret]
+    password = database_password(daemon.database)
+    values: list[str | None] = [daemon.api_token, daemon.secret, password]
+    if password is not None:
+        values.append(unquote(password))
     hooks = list(daemon.notify.webhooks)
     for spec in config.tasks.values():
         numbers: list[int | None] = list(range(1, len(spec.steps) + 1)) if spec.steps else [None]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ecron.config.loader import load_config
 from ecron.config.model import Config, TaskSpec
+from ecron.durations import format_duration
 from ecron.errors import ConfigError
 from ecron.schedules import ScheduleKind, next_fire_time
 
@@ -17,14 +18,37 @@ def validation_report(
 ) -> tuple[int, list[str]]:
     """Check the config directory ``directory`` as of ``now``: (exit code, lines to print).
 
-    On success the code is 0 and there is one line per task (see ``task_lines``);
-    on failure it is 1 and there is one line per problem.
+    On success the code is 0 and there is one line per task (see ``task_lines``), then
+    one per note (see ``notes``); on failure it is 1 and there is one line per problem.
     """
     try:
         config = load_config(directory, environ)
     except ConfigError as exc:
         return 1, [" ".join(problem.split("\n")) for problem in exc.problems]
-    return 0, task_lines(config, now)
+    return 0, task_lines(config, now) + notes(config)
+
+
+def notes(config: Config) -> list[str]:
+    """Lines about settings that are taken but likely not meant: a call in poll mode whose
+    ``poll_interval`` is longer than its ``task_timeout`` (never polled before its deadline;
+    fine where the service reports by callback, hence not an error)."""
+    found = []
+    for task in config.tasks.values():
+        numbers: list[int | None] = list(range(1, len(task.steps) + 1)) if task.steps else [None]
+        for number in numbers:
+            call = task.call(number)
+            if call.mode != "poll" or call.poll_interval <= call.task_timeout:
+                continue
+            name = f"task {task.name!r}"
+            if number is not None:
+                name += f" step {number} ({task.step_names[number - 1]})"
+            found.append(
+                f"note: {name}: poll_interval {format_duration(call.poll_interval)} is longer "
+                f"than task_timeout {format_duration(call.task_timeout)}: it is never polled "
+                "before its deadline, so it ends TIMED_OUT unless its trigger's answer or a "
+                "callback ends it first."
+            )
+    return found
 
 
 def task_lines(config: Config, now: datetime) -> list[str]:

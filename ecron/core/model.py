@@ -16,6 +16,9 @@ from ecron.errors import EcronError
 MESSAGE_LIMIT = 1000
 #: A report's ``result`` is stored up to this many bytes of JSON; larger ones are cut and flagged.
 RESULT_LIMIT = 64 * 1024
+#: A report's ``result`` nested deeper than this (arrays and objects) is not stored: no
+#: real result needs it, and JSON that deep breaks the encoders that read it back.
+RESULT_DEPTH = 100
 
 
 class InvalidReport(EcronError, ValueError):
@@ -62,7 +65,10 @@ def parse_report(body: Any) -> Report:
         message = message.replace("\x00", "\N{REPLACEMENT CHARACTER}")
     result = body.get("result")
     truncated = False
-    if result is not None:
+    if result is not None and _deeper_than(result, RESULT_DEPTH):
+        warnings.append(f"result is nested more than {RESULT_DEPTH} levels deep; not stored")
+        result, truncated = None, True
+    elif result is not None:
         result, truncated = _cap_result(result)
     return Report(
         status=status,
@@ -104,6 +110,21 @@ def _read_progress(value: Any, warnings: list[str]) -> float | None:
 def clamp_progress(value: float) -> float:
     """Progress always lies in 0..100."""
     return min(100.0, max(0.0, value))
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """True when ``value`` nests lists and dicts more than ``limit`` levels deep (walked
+    without recursion, so any depth is measured)."""
+    if not isinstance(value, list | dict):
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, list | dict))
+    return False
 
 
 def _cap_result(result: Any) -> tuple[Any, bool]:

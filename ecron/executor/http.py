@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
@@ -26,6 +26,7 @@ from ecron.clock import Clock, iso
 from ecron.config.model import CallSettings
 from ecron.core import InvalidReport, RemoteStatus, Report, parse_report
 from ecron.errors import EcronError
+from ecron.logs import REDACTED, scrub
 from ecron.metrics import Metrics
 from ecron.signing import callback_token, signature
 
@@ -200,6 +201,8 @@ class HttpCaller:
         if headers is None:  # signed calls are never prepared ahead: the time is in the signature
             headers = self.headers(method, url, call, ctx, body)
         outcome = await self._send(method, url, call, body, headers)
+        if outcome.detail:  # it becomes an execution's message: it quotes no secret
+            outcome = replace(outcome, detail=_scrubbed(outcome.detail, headers))
         if self.metrics is not None:
             calls, duration = self._series(method, outcome.kind)
             calls.inc()
@@ -254,6 +257,19 @@ class HttpCaller:
             return CallOutcome(OutcomeKind.NO_ANSWER, detail=f"no answer within {seconds:g}s")
         except aiohttp.ClientError as exc:
             return CallOutcome(OutcomeKind.NO_ANSWER, detail=f"{type(exc).__name__}: {exc}")
+
+
+def _scrubbed(detail: str, headers: Mapping[str, str]) -> str:
+    """``detail`` (which may quote the answer, and so what a service echoes of the call)
+    without the configured secrets and without this call's credentials: its callback
+    token and its signature."""
+    detail = scrub(detail)
+    for name in ("X-Ecron-Callback-Token", "X-Ecron-Signature"):
+        value = headers.get(name, "")
+        for part in (value, value.partition("v1=")[2]):
+            if len(part) >= 16 and part in detail:
+                detail = detail.replace(part, REDACTED)
+    return detail
 
 
 class CallDropped(EcronError, aiohttp.ClientConnectionError):

@@ -150,8 +150,9 @@ export async function refreshExecution(eid) {
   renderUpstream(e);
   renderTimeline(e, steps.items);
   put(document.getElementById("result"), [e.result, e.result_truncated], () =>
-    e.result == null ? "no result" : JSON.stringify(e.result, null, 2) +
-      (e.result_truncated ? "\n(cut at 64 KiB)" : ""));
+    e.result == null
+      ? (e.result_truncated ? "no result kept: it was nested more than 100 levels deep" : "no result")
+      : JSON.stringify(e.result, null, 2) + (e.result_truncated ? "\n(cut at 64 KiB)" : ""));
   renderChain(await resumeChain(e), e.id);
   document.getElementById("summary").textContent =
     `updated ${new Date().toLocaleTimeString()}`;
