@@ -10,6 +10,7 @@ Everything else is written before ``finished`` returns.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
@@ -31,7 +32,7 @@ from ecron.planning import (
     resumes_automatically,
     start_time,
 )
-from ecron.schedules import ScheduleKind, next_fire_time
+from ecron.schedules import ScheduleKind
 from ecron.snapshots import execution_snapshot
 from ecron.store.base import Store, TaskState
 
@@ -102,7 +103,9 @@ class Bookkeeping:
         retry = await self._retry(execution, spec, task)
         following = None
         if retry is None and not fixed and spec.enabled:
-            following = next_fire_time(spec.fire_schedule, execution.finished_at, now)
+            excluded: Counter[str] = Counter()
+            following = spec.fire_times.next(execution.finished_at, now, excluded)
+            self.executor.metrics.excluded(execution.task, excluded)
         resumed = resumes_automatically(execution, spec) and not paused
         if retry is None and auto_resume_spent(execution, spec):
             self.chain_exhausted(execution, "the chain has no resumes left")

@@ -23,7 +23,6 @@ from ecron.errors import Conflict, NotFound, NothingToResume
 from ecron.executor.runner import Executor
 from ecron.ids import new_eid
 from ecron.planning import new_steps, plan_resume, resumable, started
-from ecron.schedules import next_fire_time
 from ecron.store.base import Holder, Store, TaskState
 
 log = structlog.get_logger(__name__)
@@ -220,7 +219,7 @@ class Commands:
                 return current  # not paused: unpausing changes nothing (no schedule restart)
             following = None
             if not paused and spec.enabled:
-                following = next_fire_time(spec.fire_schedule, None, self.clock.now())
+                following = spec.fire_times.next(None, self.clock.now())
             state = await self.store.set_paused(
                 name, paused, reason, following, version=current.version
             )

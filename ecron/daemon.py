@@ -174,8 +174,11 @@ class Daemon:
         self.port = int(addresses[0][1]) if addresses else port
 
     async def _sync_tasks(self, now: datetime) -> None:
+        firsts = FirstFireTimes(now)
         async with cluster_lock(self.store.engines, "sync"):
-            result = await self.store.sync_tasks(self.specs, FirstFireTimes(now))
+            result = await self.store.sync_tasks(self.specs, firsts)
+        for name in (*result.added, *result.updated):  # planned out before the first fire time
+            self.metrics.excluded(name, firsts.excluded.get(name, {}))
         if result.added or result.updated or result.retired:
             log.info(
                 "tasks_synced", added=result.added, updated=result.updated, retired=result.retired

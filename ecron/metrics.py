@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import accumulate
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -46,7 +46,17 @@ class Metrics:
             ("task",),
             SHORT_BUCKETS,
         )
-        for series in (self.executions_finished, self.execution_duration, self.trigger_lag):
+        self.fires_excluded = PerLabelCounter(
+            "ecron_fires_excluded",
+            "Fire times planned out by the task's calendar or blackouts (no execution).",
+            ("task", "reason"),
+        )
+        for series in (
+            self.executions_finished,
+            self.execution_duration,
+            self.trigger_lag,
+            self.fires_excluded,
+        ):
             registry.register(series)
         self._add_call_series(registry)
         self._add_node_series(registry)
@@ -119,6 +129,12 @@ class Metrics:
             ["event", "outcome"],
             registry=registry,
         )
+
+    def excluded(self, task: str, counts: Mapping[str, int]) -> None:
+        """Count the fire times of ``task`` planned out, by reason."""
+        for reason, count in counts.items():
+            if count:
+                self.fires_excluded.inc(task, reason, amount=float(count))
 
     def track_in_flight(self, count: Callable[[], int]) -> None:
         """Read the in-flight gauge from ``count`` at each scrape."""

@@ -56,6 +56,8 @@ class FirePlan:
 
     next_fire_at: datetime | None
     executions: Sequence[Execution] = ()
+    #: Fire times its calendar or blackouts planned out, by reason (``calendar``, ``blackout``).
+    excluded: Mapping[str, int] = field(default_factory=dict)
 
 
 #: Decides a due task's fate inside the claim transaction; None leaves the task alone (this
@@ -73,6 +75,8 @@ class Claimed:
     #: How many due tasks it read, and how many of them it advanced.
     read: int
     advanced: int
+    #: The ``excluded`` of the plans it carried out, per task.
+    excluded: dict[str, Mapping[str, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

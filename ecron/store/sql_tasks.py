@@ -61,7 +61,7 @@ class TaskOperations:
             ]
             gone = [name for name, row in rows.items() if name not in specs and not row.retired]
             if new:
-                rows_new = [_new_task(spec, now, firsts) for spec in new]
+                rows_new = [_new_task(spec, now, firsts.of(spec)) for spec in new]
                 # another node starting at the same moment may add them first: its rows stay
                 insert = self.engines.dialect.insert(task_table).on_conflict_do_nothing()
                 added = await conn.execute(insert.returning(task_table.c.name), rows_new)
@@ -181,13 +181,13 @@ def can_fire() -> list[sa.ColumnElement[bool]]:
     ]
 
 
-def _new_task(spec: TaskSpec, now: datetime, firsts: FirstFires) -> dict[str, Any]:
+def _new_task(spec: TaskSpec, now: datetime, first: datetime | None) -> dict[str, Any]:
     return {
         "name": spec.name,
         "spec": spec_json(spec),
         "spec_hash": spec.digest,
         "schedule_text": spec.fire_schedule.text,
-        "next_fire_at": firsts.of(spec) if spec.enabled else None,
+        "next_fire_at": first if spec.enabled else None,
         "enabled": spec.enabled,
         "created_at": now,
         "updated_at": now,
@@ -218,7 +218,10 @@ _UPDATE_TASK = (
         }
     )
 )
-_SCHEDULING = ("schedule", "timezone", "enabled")
+#: The keys whose change restarts a task's schedule at its first fire time from now.
+_SCHEDULING = ("schedule", "timezone", "enabled", "calendar", "blackout")
+#: What a spec stored before a key existed means by its absence (no restart on upgrade).
+_UNSET: dict[str, Any] = {"blackout": []}
 
 
 def _changed_task(
@@ -226,12 +229,15 @@ def _changed_task(
 ) -> dict[str, Any]:
     """The new values of a task whose spec changed; its schedule goes on where it was
     unless the schedule itself changed (the stored spec is compared as stored: JSON)."""
-    values = _new_task(spec, now, firsts)
-    del values["created_at"], values["name"]
     stored = row["spec"] or {}
-    same_schedule = all(stored.get(key) == spec.dumped.get(key) for key in _SCHEDULING)
+    same_schedule = all(
+        stored.get(key, _UNSET.get(key)) == spec.dumped.get(key) for key in _SCHEDULING
+    )
     if same_schedule and not row["retired"]:
-        values["next_fire_at"] = row["next_fire_at"]
+        values = _new_task(spec, now, row["next_fire_at"])
+    else:
+        values = _new_task(spec, now, firsts.of(spec))
+    del values["created_at"], values["name"]
     values.update(
         b_name=row["name"], b_version=row["version"], retired=False, version=row["version"] + 1
     )
