@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 
 import structlog
 
+from ecron.chains import Chains
 from ecron.clock import Clock
 from ecron.config.model import DaemonSettings, TaskSpec
 from ecron.core import Execution, Status
@@ -61,6 +62,10 @@ class Bookkeeping:
         notifier: Notifier | None = None,
     ) -> None:
         self.store = store
+        #: Starts the tasks chained to those whose executions end.
+        self.chains = Chains(
+            store=store, executor=executor, clock=clock, specs=specs, claim=self.claim
+        )
         self.executor = executor
         self.clock = clock
         self.settings = settings
@@ -95,6 +100,7 @@ class Bookkeeping:
                 self._flusher = asyncio.create_task(
                     self._record_successes(), name="ecron-successes"
                 )
+            await self.chain(execution)
             return
         await self.flush()  # in order: a failure after a success counts from 0
         now = self.clock.now()
@@ -118,6 +124,18 @@ class Bookkeeping:
         await self.count(execution, spec, outcome, following, paused)
         if following is not None:
             self.wake()
+        if retry is None and not resumes_automatically(execution, spec):
+            await self.chain(execution)
+
+    async def chain(self, execution: Execution) -> None:
+        """An execution ended for good: start the tasks chained to it (a failure to is
+        logged; the patrol's sweep starts them later)."""
+        if not self.chains.chained(execution.task):
+            return
+        try:
+            await self.chains.ended(execution)
+        except Exception:
+            log.exception("chain_start_failed", task=execution.task, execution_id=execution.eid)
 
     async def close(self) -> None:
         """Record what is waiting, now (the daemon stops)."""
@@ -225,6 +243,7 @@ class Bookkeeping:
         self.alert("execution_failed", execution.task, execution=execution_snapshot(execution))
         task = await self.store.get_task(execution.task)
         await self.count(execution, spec, False, None, task is not None and task.paused)
+        await self.chain(execution)
 
     def alert(self, kind: str, task: str, **details: object) -> None:
         """Send alert ``kind`` about ``task`` (in the background)."""

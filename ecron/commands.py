@@ -10,6 +10,7 @@ and the trigger it hands to the executor.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
@@ -218,12 +219,14 @@ class Commands:
             if not paused and not current.paused:
                 return current  # not paused: unpausing changes nothing (no schedule restart)
             following = None
+            excluded: Counter[str] = Counter()
             if not paused and spec.enabled:
-                following = spec.fire_times.next(None, self.clock.now())
+                following = spec.fire_times.next(None, self.clock.now(), excluded)
             state = await self.store.set_paused(
                 name, paused, reason, following, version=current.version
             )
             if state is not None:
+                self.executor.metrics.excluded(name, excluded)
                 break
         else:
             raise Conflict(f"task {name!r} kept changing; try again")

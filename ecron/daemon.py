@@ -192,6 +192,7 @@ class Daemon:
         self.executor.calls.retire(removed, running)
         self.specs.clear()
         self.specs.update(config.tasks)
+        self.parts.bookkeeping.chains.refresh()
         await self._sync_tasks(self.clock.now())
         self.scheduler.wake()
 

@@ -1,7 +1,8 @@
 """The patrol: periodic housekeeping under the cluster-wide lock (DESIGN.md, "Patrol").
 
 Every ``patrol_interval`` one node (whichever holds the lock) runs each job in turn:
-automatic resume of interrupted executions, stale detection, and history retention.
+automatic resume of interrupted executions, stale detection, chained runs whose start a
+node's death lost (``Chains.sweep``), and history retention.
 The jobs are isolated: one that raises is logged and the others, and the scheduler,
 go on.
 """
@@ -64,6 +65,7 @@ class Patrol:
         self.jobs: dict[str, Job] = {
             "resume": self.auto_resume,
             "stale": self.stale,
+            "chains": bookkeeping.chains.sweep,
             "retention": self.retention,
         }
         self._stopping = asyncio.Event()

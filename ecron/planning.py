@@ -287,6 +287,7 @@ def plan_resume(old: Execution, spec: TaskSpec, claim: Claim) -> Execution:
         trigger_kind=TriggerKind.RESUME,
         attempt=old.attempt,
         resume_of=old.eid,
+        upstream=old.upstream,
         resume_attempt=old.resume_attempt + 1,
         progress=sum(s.progress for s in steps) / len(steps) if steps else 0.0,
         owner=claim.node,
@@ -351,6 +352,7 @@ def plan_retry(
         trigger_kind=TriggerKind.RETRY,
         attempt=execution.attempt + 1,
         next_poll_at=start,
+        upstream=execution.upstream,
     )
 
 

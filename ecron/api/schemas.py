@@ -93,6 +93,10 @@ class ExecutionSnapshot(Answer):
     upstream: str | None = Field(
         description="for a chained task, the upstream execution that set it off; else null"
     )
+    downstream: list[str] = Field(
+        description="the executions of chained tasks that this one's end set off, oldest "
+        "first; [] when none"
+    )
     steps: list[StepSnapshot] = Field(description="the steps, in order; [] for a one-call task")
 
 

@@ -157,10 +157,14 @@ def show(eid: str, as_json: bool, api: str, token: str | None) -> None:
         "resume_of",
         "resume_attempt",
         "resumed_by",
+        "upstream",
+        "downstream",
     ):
         value = item.get(key)
         if key == "status":
             value = status_text(item)
+        elif key == "downstream":
+            value = ", ".join(value or ()) or None
         table.add_row(key, "-" if value is None else str(value))
     if item.get("result") is not None:
         table.add_row("result", json.dumps(item["result"])[:500])

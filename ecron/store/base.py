@@ -32,6 +32,8 @@ class TaskState:
     consecutive_failures: int
     retired: bool
     version: int
+    #: When its spec was last synced (added, or changed).
+    updated_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,6 +360,30 @@ class Store(abc.ABC):
     async def purge_history(self, before: datetime, batch: int) -> int:
         """Delete up to ``batch`` final executions (with their steps) that finished before
         ``before``; how many were deleted."""
+
+    # -- chains -----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def downstreams_of(self, eids: Sequence[str]) -> dict[str, list[str]]:
+        """For each of ``eids`` that set off chained executions, their eids, oldest first."""
+
+    @abc.abstractmethod
+    async def ended_between(
+        self, tasks: Sequence[str], since: datetime, until: datetime, limit: int
+    ) -> list[Execution]:
+        """Final executions of ``tasks`` that finished in ``[since, until)``, oldest end
+        first, at most ``limit``, without their steps."""
+
+    @abc.abstractmethod
+    async def newest_of_fire_time(
+        self, tasks: Sequence[str], scheduled_at: datetime
+    ) -> dict[str, Execution]:
+        """For each of ``tasks`` with an execution of fire time ``scheduled_at``, its newest
+        (by eid: a retry or a resume comes after what it follows), without steps."""
+
+    @abc.abstractmethod
+    async def fire_times_taken(self, task: str, times: Sequence[datetime]) -> set[datetime]:
+        """Those of ``times`` for which ``task`` has an execution (of any attempt)."""
 
     # -- nodes and shared settings --------------------------------------------------------
 

@@ -111,4 +111,5 @@ def to_task(row: RowMapping | Mapping[str, Any]) -> TaskState:
         consecutive_failures=row["consecutive_failures"],
         retired=row["retired"],
         version=row["version"],
+        updated_at=row["updated_at"],
     )

@@ -1,5 +1,5 @@
 """Reads for people, in SQL: the durations of a task's recent successful runs (which a
-snapshot's ETA rests on), read along an index of their own (migration 0005)."""
+snapshot's ETA rests on), read along an index of their own (migrations 0005 and 0007)."""
 
 from __future__ import annotations
 
