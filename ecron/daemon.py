@@ -126,6 +126,7 @@ class Daemon:
         if before != after:
             log.info("database_migrated", before=before, after=after)
         await self._sync_tasks(self.clock.now())
+        await self.patrol.overdue.refresh()
         secret = self.settings.secret or await self.store.shared_secret(secrets.token_hex(32))
         self.caller.callback_secret = secret
         hide([secret])

@@ -34,6 +34,11 @@ class TaskState:
     version: int
     #: When its spec was last synced (added, or changed).
     updated_at: datetime | None = None
+    #: When it was added, and the end of its newest SUCCESS (``expect``).
+    created_at: datetime | None = None
+    last_success_at: datetime | None = None
+    #: When ``task_overdue`` was last raised for it.
+    overdue_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,10 +224,23 @@ class Store(abc.ABC):
         (``planning.pauses``)."""
 
     @abc.abstractmethod
-    async def tasks_succeeded(self, ends: Mapping[str, datetime]) -> None:
+    async def tasks_succeeded(
+        self, ends: Mapping[str, datetime], stamp: Collection[str] = ()
+    ) -> None:
         """Record, in one transaction, that an execution of each task in ``ends`` succeeded
-        at the time given: the count of failures in a row back to 0 (and ``last_end_at``),
-        for the tasks whose count was not 0 already."""
+        at the time given: the count of failures in a row back to 0 (and ``last_end_at``,
+        ``last_success_at``), for the tasks whose count was not 0 already; for the tasks in
+        ``stamp``, ``last_success_at`` whatever their count."""
+
+    @abc.abstractmethod
+    async def last_successes(self) -> dict[str, datetime]:
+        """``last_success_at`` of every task that is not retired and has one."""
+
+    @abc.abstractmethod
+    async def mark_overdue(self, task: TaskState, now: datetime) -> bool:
+        """Record that ``task_overdue`` is raised for ``task`` at ``now``: a compare-and-set
+        on its ``last_success_at`` and ``overdue_at`` as read, so that one caller, on one
+        node, records it (and raises it); True for that caller."""
 
     @abc.abstractmethod
     async def set_paused(

@@ -34,7 +34,7 @@ from ecron.store.retry import retried, retrying
 from ecron.store.sql_chains import ChainOperations
 from ecron.store.sql_leases import LeaseOperations, advance_batch, take_batch
 from ecron.store.sql_lookups import LookupOperations
-from ecron.store.sql_tasks import TaskOperations, successes_batch
+from ecron.store.sql_tasks import TaskOperations, stamps_batch, successes_batch
 from ecron.store.tables import (
     execution_table,
     node_table,
@@ -99,6 +99,7 @@ class SqlStore(LeaseOperations, TaskOperations, LookupOperations, ChainOperation
         self._advances = advance_batch(name)
         self._takes = take_batch(name)
         self._successes = successes_batch(name)
+        self._stamps = stamps_batch(name)
         self._insert = engines.dialect.insert
 
     @classmethod

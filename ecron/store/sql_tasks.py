@@ -3,7 +3,7 @@ executions of each task end (failures in a row, pause, the next ``after`` fire t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -43,8 +43,9 @@ class TaskOperations:
     """The ``Store`` operations on tasks (mixed into ``SqlStore``)."""
 
     engines: Engines
-    #: Made once, when the store opens (``successes_batch``).
+    #: Made once, when the store opens (``successes_batch``, ``stamps_batch``).
     _successes: Batch
+    _stamps: Batch
 
     @retried("sync_tasks")
     async def sync_tasks(self, specs: Mapping[str, TaskSpec], firsts: FirstFires) -> SyncResult:
@@ -124,6 +125,8 @@ class TaskOperations:
         values: dict[str, Any] = {"last_end_at": finished_at, "version": task_table.c.version + 1}
         if succeeded is not None:
             values["consecutive_failures"] = 0 if succeeded else failures + 1
+        if succeeded:
+            values["last_success_at"] = finished_at
         if next_fire_at is not None:
             values["next_fire_at"] = next_fire_at
         named = task_table.c.name == name
@@ -137,12 +140,45 @@ class TaskOperations:
         return None if row is None else to_task(row)
 
     @retried("tasks_succeeded")
-    async def tasks_succeeded(self, ends: Mapping[str, datetime]) -> None:
+    async def tasks_succeeded(
+        self, ends: Mapping[str, datetime], stamp: Collection[str] = ()
+    ) -> None:
         if not ends:
             return
         rows = [{"name": name, "last_end_at": at} for name, at in ends.items()]
+        stamps = [{"name": name, "last_end_at": ends[name]} for name in stamp if name in ends]
         async with self.engines.write() as conn:
             await self._successes.update(conn, rows, returning="name")
+            if stamps:
+                await self._stamps.update(conn, stamps, returning="name")
+
+    @retried("last_successes")
+    async def last_successes(self) -> dict[str, datetime]:
+        query = sa.select(task_table.c.name, task_table.c.last_success_at).where(
+            task_table.c.last_success_at.is_not(None), task_table.c.retired.is_(False)
+        )
+        async with self.engines.read() as conn:
+            return dict((await conn.execute(query)).all())
+
+    @retried("mark_overdue")
+    async def mark_overdue(self, task: TaskState, now: datetime) -> bool:
+        table = task_table.c
+        update = (
+            sa.update(task_table)
+            .where(
+                table.name == task.name,
+                table.last_success_at.is_not_distinct_from(task.last_success_at),
+                table.overdue_at.is_not_distinct_from(task.overdue_at),
+            )
+            .values(overdue_at=now)
+        )
+        async with self.engines.write() as conn:
+            result = await conn.execute(update)
+            if result.rowcount == 1 or not retrying():
+                return result.rowcount == 1
+            # the attempt before may have written it, its commit lost: then it says ``now``
+            query = sa.select(table.overdue_at).where(table.name == task.name)
+            return bool((await conn.execute(query)).scalar() == now)
 
     @retried("set_paused")
     async def set_paused(
@@ -253,7 +289,14 @@ def successes_batch(dialect: str) -> Batch:
         "task",
         columns,
         key=["name"],
-        assign={"last_end_at": "last_end_at"},
+        assign={"last_end_at": "last_end_at", "last_success_at": "last_end_at"},
         also="consecutive_failures = 0, version = version + 1",
         where="consecutive_failures <> 0",
     )
+
+
+def stamps_batch(dialect: str) -> Batch:
+    """The end of the newest success written on many tasks at once, whatever their count of
+    failures (the version stays: no rule decides on it)."""
+    columns: dict[str, Kind] = {"name": "text", "last_end_at": "time"}
+    return Batch(dialect, "task", columns, key=["name"], assign={"last_success_at": "last_end_at"})

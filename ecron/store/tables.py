@@ -51,6 +51,11 @@ class TaskRow(SQLModel, table=True):
     next_fire_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     #: The previous execution's end, for ``after`` schedules.
     last_end_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    #: The end of its newest SUCCESS (``expect``, and the last-success gauge); for a task
+    #: without ``expect`` written at most once a minute while nothing else moves its row.
+    last_success_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    #: When ``task_overdue`` was last raised (raised again only after a newer success).
+    overdue_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     enabled: bool = True
     paused: bool = False
     paused_reason: str | None = Field(default=None, sa_type=sa.Text)
