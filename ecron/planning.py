@@ -77,6 +77,25 @@ class FirstFireTimes:
         return found[1]
 
 
+def upcoming_fire_times(
+    task: TaskState, claimed: datetime | None, now: datetime, count: int
+) -> list[datetime]:
+    """The next ``count`` fire times of ``task`` that will run, its calendar and blackouts
+    applied: from the earliest one claimed ahead or its stored next one; for a paused task,
+    those it would have if unpaused at ``now``. None for a disabled task, a manual or chained
+    one; one for an ``after`` schedule (the next depend on ends)."""
+    spec = task.spec
+    if not spec.enabled:
+        return []
+    fire_times = spec.fire_times
+    if task.paused:
+        first = fire_times.next(None, now)
+    else:
+        stored = [when for when in (claimed, task.next_fire_at) if when is not None]
+        first = min(stored) if stored else None
+    return fire_times.upcoming(first, count)
+
+
 def plan_fires(name: str, spec: TaskSpec, next_fire_at: datetime, claim: Claim) -> FirePlan:
     """Decide which of a task's due fire times run, which are SKIPPED, and the next one.
 

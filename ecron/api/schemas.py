@@ -127,6 +127,19 @@ class TaskList(Answer):
     items: list[TaskSnapshot]
 
 
+class Upcoming(Answer):
+    """The next fire times of a task that will run, its calendar and blackouts applied."""
+
+    task: str
+    paused: bool = Field(
+        description="while true, none of them runs: they are the ones it would have if unpaused now"
+    )
+    items: list[Time] = Field(
+        description="oldest first; [] for a manual, chained or disabled task, or a schedule "
+        "with no fire time left; one for an `after` schedule (the next depend on ends)"
+    )
+
+
 class ExecutionPage(Answer):
     """One page of the history, newest first."""
 
@@ -203,6 +216,7 @@ MODELS: tuple[type[BaseModel], ...] = (
     ExecutionSnapshot,
     TaskSnapshot,
     TaskList,
+    Upcoming,
     ExecutionPage,
     StepList,
     Alive,

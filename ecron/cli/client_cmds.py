@@ -12,6 +12,7 @@ from rich.table import Table
 
 from ecron.cli.client import ApiClient, ApiError
 from ecron.cli.group import cli
+from ecron.cli.upcoming import print_upcoming
 from ecron.cli.watch import follow, status_text
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -44,8 +45,16 @@ def _fail(exc: ApiError) -> NoReturn:
 
 
 @cli.command()
+@click.option(
+    "--next",
+    "upcoming",
+    type=click.IntRange(1, 100),
+    default=None,
+    metavar="N",
+    help="Also list each task's next N fire times that will run (calendars applied).",
+)
 @api_options
-def tasks(api: str, token: str | None) -> None:
+def tasks(upcoming: int | None, api: str, token: str | None) -> None:
     """List tasks: schedule, next fire time, and how their last execution went."""
     try:
         items = _client(api, token).get("/api/v1/tasks")["items"]
@@ -63,6 +72,11 @@ def tasks(api: str, token: str | None) -> None:
             "-" if last is None else f"{status_text(last)} {last['id']}",
         )
     Console().print(table)
+    if upcoming is not None:
+        try:
+            print_upcoming(_client(api, token), items, upcoming)
+        except ApiError as exc:
+            _fail(exc)
 
 
 @cli.command()
