@@ -3,6 +3,7 @@ what loads, and ``ecron validate`` naming the file, task and field of every erro
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from textwrap import dedent
@@ -196,3 +197,29 @@ def test_validate_shows_the_next_fire_time_that_will_really_run(tmp_path: Path) 
         "daily  cron 0 3 * * * (UTC)                 next: 2026-12-27T03:00:00.000Z",
         "after  after task daily on SUCCESS, FAILED  next: -",
     ]
+
+
+def test_the_examples_of_the_calendars_guide_load_and_validate_as_it_says(tmp_path: Path) -> None:
+    """Every YAML example of docs/calendars.md loads together (its task examples under
+    distinct names), and ``ecron validate`` on 22 December 2026 prints the lines the guide
+    shows."""
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "calendars.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", guide, re.DOTALL)
+    calendars, reports, chains, expect, daemon = blocks
+    write(
+        tmp_path,
+        daemon,
+        a_calendars=calendars,
+        b_reports=reports,
+        c_chains=chains,
+        d_expect=expect.replace("nightly-report", "nightly-report-expected"),
+    )
+
+    code, lines = validation_report(tmp_path, datetime(2026, 12, 22, 12, tzinfo=UTC), {})
+
+    assert code == 0, lines
+    shown = re.search(r"\$ ecron validate -c config.*?\n(.*?)```", guide, re.DOTALL)
+    assert shown is not None
+    for line in dedent(shown.group(1)).strip().splitlines():
+        name, next_time = line.split()[0], line.rsplit("next: ", 1)[1]
+        assert any(ln.startswith(name + " ") and ln.endswith(next_time) for ln in lines), line
