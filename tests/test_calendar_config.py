@@ -90,7 +90,7 @@ def test_a_calendar_is_named_in_ecron_yaml_or_in_a_file_holding_only_calendars(
     tmp_path: Path,
 ) -> None:
     """``calendars`` may sit in ecron.yaml and in a task file without tasks; weekdays are
-    read in any case; an inline calendar needs no name."""
+    read in any case; an inline calendar needs no name; a blackout may be written in dates."""
     write(
         tmp_path,
         "calendars:\n  weekends: {weekdays: [Sat, SUN]}\n",
@@ -100,6 +100,11 @@ def test_a_calendar_is_named_in_ecron_yaml_or_in_a_file_holding_only_calendars(
           - {name: a, schedule: "0 3 * * *", url: "http://h/a", calendar: weekends}
           - {name: b, schedule: "0 3 * * *", url: "http://h/b", calendar: quiet}
           - {name: c, schedule: "0 3 * * *", url: "http://h/c", calendar: {weekdays: [mon]}}
+          - name: d
+            schedule: "0 3 * * *"
+            timezone: Asia/Tokyo
+            url: "http://h/d"
+            blackout: [{from: 2026-12-24, to: 2026-12-26}]
         """,
     )
 
@@ -110,6 +115,10 @@ def test_a_calendar_is_named_in_ecron_yaml_or_in_a_file_holding_only_calendars(
         Exclusion.CALENDAR
     )
     assert tasks["c"].fire_times.next(None, NOW) == datetime(2026, 12, 28, 3, tzinfo=UTC)
+    assert tasks["d"].blackout[0].window("Asia/Tokyo") == (  # dates: Tokyo's midnights
+        datetime(2026, 12, 23, 15, tzinfo=UTC),
+        datetime(2026, 12, 25, 15, tzinfo=UTC),
+    )
 
 
 def test_every_calendar_blackout_and_chain_error_names_its_file_task_and_field(

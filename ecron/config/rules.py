@@ -60,7 +60,7 @@ class CalendarSpec(_Strict):
 
 class Blackout(_Strict):
     """A window ``[from, to)`` in which no fire time runs; a time without an offset is read
-    in the task's time zone."""
+    in the task's time zone, and a date alone is its midnight there."""
 
     model_config = ConfigDict(
         extra="forbid", frozen=True, populate_by_name=True, serialize_by_alias=True
@@ -72,6 +72,8 @@ class Blackout(_Strict):
     @field_validator("start", "to", mode="before")
     @classmethod
     def _time(cls, value: Any) -> Any:
+        if isinstance(value, date) and not isinstance(value, datetime):
+            value = datetime.combine(value, datetime.min.time())  # a date: its local midnight
         try:
             read_time(value, UTC, "time")
         except ScheduleError as exc:
