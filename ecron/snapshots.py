@@ -16,12 +16,14 @@ async def execution_snapshots(
     store: Store, executions: Sequence[Execution], now: datetime
 ) -> list[dict[str, Any]]:
     """The snapshots of ``executions`` as the API answers them, seen at ``now``: each naming
-    its resume, each RUNNING one with its ETA. What they need from the store is read for
-    all of them at once (one read of resumes, one of recent durations), whatever their
+    its resume and the chained executions it set off, each RUNNING one with its ETA. What
+    they need from the store is read for all of them at once (one read of resumes, one of
+    the executions set off by the final ones, one of recent durations), whatever their
     number."""
     eids = [e.eid for e in executions]
     resumes = await store.resumes_of(eids)
-    downstream = await store.downstreams_of(eids)
+    ended = [e.eid for e in executions if e.is_final]  # only an end sets chained runs off
+    downstream = await store.downstreams_of(ended) if ended else {}
     waiting = [e.task for e in executions if needs_history(e)]
     history = await store.recent_durations(waiting, RECENT_RUNS) if waiting else {}
     return [
