@@ -10,14 +10,16 @@ Everything else is written before ``finished`` returns.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 import structlog
 
+from ecron.chains import Chains
 from ecron.clock import Clock
 from ecron.config.model import DaemonSettings, TaskSpec
-from ecron.core import Execution, Status
+from ecron.core import Execution, Reason, Status
 from ecron.executor.runner import Executor
 from ecron.leases import CLAIM_GRACE
 from ecron.notify import Notifier
@@ -31,7 +33,7 @@ from ecron.planning import (
     resumes_automatically,
     start_time,
 )
-from ecron.schedules import ScheduleKind, next_fire_time
+from ecron.schedules import ScheduleKind
 from ecron.snapshots import execution_snapshot
 from ecron.store.base import Store, TaskState
 
@@ -43,6 +45,9 @@ PAUSE_ATTEMPTS = 5
 
 #: Successes are recorded on their tasks at most this much later, many at once.
 SUCCESS_LINGER = timedelta(milliseconds=50)
+#: A success of a task without ``expect`` writes its row's ``last_success_at`` at most this
+#: often (per node) when nothing else moves the row: the per-second tasks stay cheap.
+SUCCESS_STAMP_EVERY = timedelta(minutes=1)
 
 
 class Bookkeeping:
@@ -60,6 +65,10 @@ class Bookkeeping:
         notifier: Notifier | None = None,
     ) -> None:
         self.store = store
+        #: Starts the tasks chained to those whose executions end.
+        self.chains = Chains(
+            store=store, executor=executor, clock=clock, specs=specs, claim=self.claim
+        )
         self.executor = executor
         self.clock = clock
         self.settings = settings
@@ -68,6 +77,10 @@ class Bookkeeping:
         self.notifier = notifier
         #: Tasks whose last execution succeeded, not yet recorded: when it ended.
         self._successes: dict[str, datetime] = {}
+        #: Of those, the ones whose ``last_success_at`` is written this time; and the last
+        #: success of each task this node wrote.
+        self._stamp: set[str] = set()
+        self._stamped: dict[str, datetime] = {}
         self._flusher: asyncio.Task[None] | None = None
         #: Called when there is a new fire time to claim (an ``after`` schedule).
         self.wake: Callable[[], None] = _nothing
@@ -85,15 +98,23 @@ class Bookkeeping:
     async def finished(self, execution: Execution) -> None:
         """An execution ended: see the module docstring."""
         spec = self.specs.get(execution.task)
-        if execution.status is Status.SKIPPED or execution.finished_at is None or spec is None:
+        if execution.status is Status.SKIPPED:
+            self._skipped(execution)
+            return
+        if execution.finished_at is None or spec is None:
             return
         fixed = spec.fire_schedule.kind is not ScheduleKind.AFTER
+        if execution.status is Status.SUCCESS:
+            self.executor.metrics.last_success.saw(
+                execution.task, execution.finished_at.timestamp()
+            )
         if execution.status is Status.SUCCESS and fixed:
-            self._successes[execution.task] = execution.finished_at
+            self._succeeded(execution.task, execution.finished_at, spec)
             if self._flusher is None or self._flusher.done():
                 self._flusher = asyncio.create_task(
                     self._record_successes(), name="ecron-successes"
                 )
+            await self.chain(execution)
             return
         await self.flush()  # in order: a failure after a success counts from 0
         now = self.clock.now()
@@ -102,7 +123,9 @@ class Bookkeeping:
         retry = await self._retry(execution, spec, task)
         following = None
         if retry is None and not fixed and spec.enabled:
-            following = next_fire_time(spec.fire_schedule, execution.finished_at, now)
+            excluded: Counter[str] = Counter()
+            following = spec.fire_times.next(execution.finished_at, now, excluded)
+            self.executor.metrics.excluded(execution.task, excluded)
         resumed = resumes_automatically(execution, spec) and not paused
         if retry is None and auto_resume_spent(execution, spec):
             self.chain_exhausted(execution, "the chain has no resumes left")
@@ -115,6 +138,37 @@ class Bookkeeping:
         await self.count(execution, spec, outcome, following, paused)
         if following is not None:
             self.wake()
+        if retry is None and not resumes_automatically(execution, spec):
+            await self.chain(execution)
+
+    async def chain(self, execution: Execution) -> None:
+        """An execution ended for good: start the tasks chained to it (a failure to is
+        logged; the patrol's sweep starts them later)."""
+        if not self.chains.chained(execution.task):
+            return
+        try:
+            await self.chains.ended(execution)
+        except Exception:
+            log.exception("chain_start_failed", task=execution.task, execution_id=execution.eid)
+
+    def _succeeded(self, task: str, at: datetime, spec: TaskSpec) -> None:
+        """A success to record with the next batch; its time on the row too when the task
+        has ``expect`` or this node last wrote one a while ago."""
+        self._successes[task] = at
+        stamped = self._stamped.get(task)
+        if spec.expect is not None or stamped is None or at - stamped >= SUCCESS_STAMP_EVERY:
+            self._stamp.add(task)
+            self._stamped[task] = at
+
+    def _skipped(self, execution: Execution) -> None:
+        """A fire time SKIPPED for overlap or misfire: the alert ``fire_skipped``."""
+        if execution.reason in (Reason.OVERLAP, Reason.MISFIRE):
+            self.alert(
+                "fire_skipped",
+                execution.task,
+                reason=str(execution.reason),
+                execution=execution_snapshot(execution),
+            )
 
     async def close(self) -> None:
         """Record what is waiting, now (the daemon stops)."""
@@ -129,10 +183,11 @@ class Bookkeeping:
     async def flush(self) -> None:
         """Record the successes not yet recorded."""
         ends, self._successes = self._successes, {}
+        stamp, self._stamp = self._stamp, set()
         if not ends:
             return
         try:
-            await self.store.tasks_succeeded(ends)
+            await self.store.tasks_succeeded(ends, stamp)
         except Exception:
             log.exception("task_successes_not_recorded", tasks=len(ends))
 
@@ -222,6 +277,7 @@ class Bookkeeping:
         self.alert("execution_failed", execution.task, execution=execution_snapshot(execution))
         task = await self.store.get_task(execution.task)
         await self.count(execution, spec, False, None, task is not None and task.paused)
+        await self.chain(execution)
 
     def alert(self, kind: str, task: str, **details: object) -> None:
         """Send alert ``kind`` about ``task`` (in the background)."""

@@ -10,6 +10,7 @@ and the trigger it hands to the executor.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
@@ -23,7 +24,6 @@ from ecron.errors import Conflict, NotFound, NothingToResume
 from ecron.executor.runner import Executor
 from ecron.ids import new_eid
 from ecron.planning import new_steps, plan_resume, resumable, started
-from ecron.schedules import next_fire_time
 from ecron.store.base import Holder, Store, TaskState
 
 log = structlog.get_logger(__name__)
@@ -219,12 +219,14 @@ class Commands:
             if not paused and not current.paused:
                 return current  # not paused: unpausing changes nothing (no schedule restart)
             following = None
+            excluded: Counter[str] = Counter()
             if not paused and spec.enabled:
-                following = next_fire_time(spec.fire_schedule, None, self.clock.now())
+                following = spec.fire_times.next(None, self.clock.now(), excluded)
             state = await self.store.set_paused(
                 name, paused, reason, following, version=current.version
             )
             if state is not None:
+                self.executor.metrics.excluded(name, excluded)
                 break
         else:
             raise Conflict(f"task {name!r} kept changing; try again")

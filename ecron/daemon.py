@@ -126,6 +126,7 @@ class Daemon:
         if before != after:
             log.info("database_migrated", before=before, after=after)
         await self._sync_tasks(self.clock.now())
+        await self.patrol.overdue.refresh()
         secret = self.settings.secret or await self.store.shared_secret(secrets.token_hex(32))
         self.caller.callback_secret = secret
         hide([secret])
@@ -174,8 +175,11 @@ class Daemon:
         self.port = int(addresses[0][1]) if addresses else port
 
     async def _sync_tasks(self, now: datetime) -> None:
+        firsts = FirstFireTimes(now)
         async with cluster_lock(self.store.engines, "sync"):
-            result = await self.store.sync_tasks(self.specs, FirstFireTimes(now))
+            result = await self.store.sync_tasks(self.specs, firsts)
+        for name in (*result.added, *result.updated):  # planned out before the first fire time
+            self.metrics.excluded(name, firsts.excluded.get(name, {}))
         if result.added or result.updated or result.retired:
             log.info(
                 "tasks_synced", added=result.added, updated=result.updated, retired=result.retired
@@ -189,6 +193,7 @@ class Daemon:
         self.executor.calls.retire(removed, running)
         self.specs.clear()
         self.specs.update(config.tasks)
+        self.parts.bookkeeping.chains.refresh()
         await self._sync_tasks(self.clock.now())
         self.scheduler.wake()
 

@@ -9,11 +9,16 @@ from __future__ import annotations
 import math
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import accumulate
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
@@ -46,7 +51,23 @@ class Metrics:
             ("task",),
             SHORT_BUCKETS,
         )
-        for series in (self.executions_finished, self.execution_duration, self.trigger_lag):
+        self.fires_excluded = PerLabelCounter(
+            "ecron_fires_excluded",
+            "Fire times planned out by the task's calendar or blackouts (no execution).",
+            ("task", "reason"),
+        )
+        self.last_success = LatestPerLabel(
+            "ecron_task_last_success_timestamp_seconds",
+            "When the newest SUCCESS of the task ended, in Unix seconds.",
+            "task",
+        )
+        for series in (
+            self.executions_finished,
+            self.execution_duration,
+            self.trigger_lag,
+            self.fires_excluded,
+            self.last_success,
+        ):
             registry.register(series)
         self._add_call_series(registry)
         self._add_node_series(registry)
@@ -120,6 +141,12 @@ class Metrics:
             registry=registry,
         )
 
+    def excluded(self, task: str, counts: Mapping[str, int]) -> None:
+        """Count the fire times of ``task`` planned out, by reason."""
+        for reason, count in counts.items():
+            if count:
+                self.fires_excluded.inc(task, reason, amount=float(count))
+
     def track_in_flight(self, count: Callable[[], int]) -> None:
         """Read the in-flight gauge from ``count`` at each scrape."""
         self.in_flight.set_function(lambda: float(count()))
@@ -154,6 +181,35 @@ class PerLabelCounter(Collector):
 
     def describe(self) -> Iterator[Metric]:
         yield CounterMetricFamily(self.name, self.documentation, labels=self.labels)
+
+
+class LatestPerLabel(Collector):
+    """A gauge with one value per label value (a task's), which only moves forward: the
+    newest of what this node saw and what the database says."""
+
+    def __init__(self, name: str, documentation: str, label: str) -> None:
+        self.name, self.documentation, self.label = name, documentation, label
+        self._values: dict[str, float] = {}
+
+    def saw(self, value: str, at: float) -> None:
+        """``at`` for label value ``value``, unless a later one is known."""
+        if at > self._values.get(value, -math.inf):
+            self._values[value] = at
+
+    def keep_only(self, values: Iterable[str]) -> None:
+        """Forget the label values not in ``values`` (tasks no longer in the config)."""
+        wanted = set(values)
+        for value in [v for v in self._values if v not in wanted]:
+            del self._values[value]
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(self.name, self.documentation, labels=(self.label,))
+        for value, at in list(self._values.items()):
+            family.add_metric((value,), at)
+        yield family
+
+    def describe(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(self.name, self.documentation, labels=(self.label,))
 
 
 class PerLabelHistogram(Collector):

@@ -1,7 +1,9 @@
 """The patrol: periodic housekeeping under the cluster-wide lock (DESIGN.md, "Patrol").
 
 Every ``patrol_interval`` one node (whichever holds the lock) runs each job in turn:
-automatic resume of interrupted executions, stale detection, and history retention.
+automatic resume of interrupted executions, stale detection, chained runs whose start a
+node's death lost (``Chains.sweep``), overdue tasks (``Overdue.check``), and history
+retention.
 The jobs are isolated: one that raises is logged and the others, and the scheduler,
 go on.
 """
@@ -22,6 +24,7 @@ from ecron.core import Execution
 from ecron.errors import Conflict, NotFound, NothingToResume
 from ecron.executor.runner import Executor
 from ecron.leases import Leases
+from ecron.overdue import Overdue
 from ecron.store.base import Store
 
 log = structlog.get_logger(__name__)
@@ -61,9 +64,14 @@ class Patrol:
         self.settings = settings
         self.node_id = node_id
         self.specs = specs
+        self.overdue = Overdue(
+            store=store, specs=specs, metrics=executor.metrics, alert=bookkeeping.alert
+        )
         self.jobs: dict[str, Job] = {
             "resume": self.auto_resume,
             "stale": self.stale,
+            "chains": bookkeeping.chains.sweep,
+            "overdue": self.overdue.check,
             "retention": self.retention,
         }
         self._stopping = asyncio.Event()
@@ -85,7 +93,12 @@ class Patrol:
         self._stopping.set()
 
     async def run_once(self) -> dict[str, int] | None:
-        """One round, if this node gets the lock; what each job did (-1: it failed)."""
+        """One round, if this node gets the lock; what each job did (-1: it failed). Every
+        node, lock or not, brings its last-success gauge up to date first."""
+        try:
+            await self.overdue.refresh()
+        except Exception:
+            log.exception("last_success_refresh_failed")
         async with self.store.exclusive("patrol") as held:
             if not held:
                 log.debug("patrol_skipped", reason="another node holds the patrol lock")

@@ -4,6 +4,7 @@ nothing here does I/O. Every status an execution gets here comes from ``core.app
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -24,14 +25,7 @@ from ecron.core import (
     current_step,
 )
 from ecron.ids import new_eid, remote_id
-from ecron.schedules import (
-    Schedule,
-    ScheduleKind,
-    jitter_offset,
-    latest_fire_times,
-    missed_fire_times,
-    next_fire_time,
-)
+from ecron.schedules import Schedule, ScheduleKind, jitter_offset
 from ecron.store.base import FirePlan, Gate, Holder, TaskState
 
 #: At most this many fire times of one task are run in one claim (``run_all`` catches up in
@@ -59,20 +53,47 @@ class Claim:
 
 
 class FirstFireTimes:
-    """Each task's first fire time from ``now``, for a sync of the task table; worked out
-    once per schedule (tasks that write a schedule the same way share one ``Schedule``),
-    and only for the tasks the sync asks about (new ones, and those whose spec changed)."""
+    """Each task's first fire time from ``now`` that its calendar and blackouts let run, for
+    a sync of the task table; worked out once per schedule for tasks without either (tasks
+    that write a schedule the same way share one ``Schedule``), and only for the tasks the
+    sync asks about (new ones, and those whose spec changed). ``excluded``: per task, the
+    fire times planned out before its first (asked again, a task's count is replaced, not
+    added to: a retried sync counts once)."""
 
     def __init__(self, now: datetime) -> None:
         self.now = now
         self._found: dict[int, tuple[Schedule, datetime | None]] = {}
+        self.excluded: dict[str, Counter[str]] = {}
 
     def of(self, spec: TaskSpec) -> datetime | None:
+        fire_times = spec.fire_times
+        if fire_times.exclusions is not None:
+            counts = self.excluded[spec.name] = Counter()
+            return fire_times.next(None, self.now, counts)
         schedule = spec.fire_schedule
         found = self._found.get(id(schedule))
         if found is None or found[0] is not schedule:
-            found = self._found[id(schedule)] = (schedule, next_fire_time(schedule, None, self.now))
+            found = self._found[id(schedule)] = (schedule, fire_times.next(None, self.now))
         return found[1]
+
+
+def upcoming_fire_times(
+    task: TaskState, claimed: datetime | None, now: datetime, count: int
+) -> list[datetime]:
+    """The next ``count`` fire times of ``task`` that will run, its calendar and blackouts
+    applied: from the earliest one claimed ahead or its stored next one; for a paused task,
+    those it would have if unpaused at ``now``. None for a disabled task, a manual or chained
+    one; one for an ``after`` schedule (the next depend on ends)."""
+    spec = task.spec
+    if not spec.enabled:
+        return []
+    fire_times = spec.fire_times
+    if task.paused:
+        first = fire_times.next(None, now)
+    else:
+        stored = [when for when in (claimed, task.next_fire_at) if when is not None]
+        first = min(stored) if stored else None
+    return fire_times.upcoming(first, count)
 
 
 def plan_fires(name: str, spec: TaskSpec, next_fire_at: datetime, claim: Claim) -> FirePlan:
@@ -82,37 +103,43 @@ def plan_fires(name: str, spec: TaskSpec, next_fire_at: datetime, claim: Claim) 
     ``skip`` records the late ones SKIPPED ``misfire`` (the latest ``MISFIRE_RECORDS``
     of them); ``run_once`` runs the latest late one and skips the rest; ``run_all``
     runs them all (``MAX_FIRES_PER_CLAIM`` per claim). Fire times on time always run.
-    The ones that run are claimed (SCHEDULED) until they start.
+    The ones that run are claimed (SCHEDULED) until they start. Fire times that the task's
+    calendar or blackouts exclude are planned out: no row, counted in the plan's
+    ``excluded`` (a stored ``next_fire_at`` that became excluded, by a reload, is too).
     """
-    schedule = spec.fire_schedule
+    fire_times = spec.fire_times
+    kind = fire_times.schedule.kind
+    excluded: Counter[str] = Counter()
     late_before = claim.now - spec.misfire.grace
     skip: list[datetime] = []
-    if next_fire_at >= late_before or spec.misfire.policy == "run_all":
-        run, following = missed_fire_times(
-            schedule, next_fire_at, claim.horizon, MAX_FIRES_PER_CLAIM
-        )
+    first = fire_times.settle(next_fire_at, excluded)
+    if first is None or first >= late_before or spec.misfire.policy == "run_all":
+        run: list[datetime] = []
+        following: datetime | None = None
+        if first is not None:
+            run, following = fire_times.due(first, claim.horizon, MAX_FIRES_PER_CLAIM, excluded)
     else:
-        missed = latest_fire_times(schedule, next_fire_at, late_before, MISFIRE_RECORDS + 1)
+        missed = fire_times.latest(first, late_before, MISFIRE_RECORDS + 1)
         if spec.misfire.policy == "run_once":
             run, skip = missed[-1:], missed[-MISFIRE_RECORDS - 1 : -1]
         else:
             run, skip = [], missed[-MISFIRE_RECORDS:]
         first_on_time = None
-        if schedule.kind is not ScheduleKind.AFTER:
-            first_on_time = next_fire_time(schedule, missed[-1], missed[-1])
+        if kind is not ScheduleKind.AFTER:
+            first_on_time = fire_times.next(missed[-1], missed[-1], excluded)
         following = first_on_time
         if first_on_time is not None:
-            on_time, following = missed_fire_times(
-                schedule, first_on_time, claim.horizon, MAX_FIRES_PER_CLAIM
+            on_time, following = fire_times.due(
+                first_on_time, claim.horizon, MAX_FIRES_PER_CLAIM, excluded
             )
             run += on_time
-    if schedule.kind is ScheduleKind.AFTER:
+    if kind is ScheduleKind.AFTER:
         # Fixed delay: the next fire time is set when the execution ends; if none runs, from now.
-        following = None if run else next_fire_time(schedule, claim.now, claim.now)
+        following = None if run else fire_times.next(claim.now, claim.now, excluded)
     executions = [claimed(name, when, claim, spec=spec) for when in run]
     why = "the fire time was found too late (misfire policy)"
     executions += [skipped(name, when, claim, Reason.MISFIRE, why) for when in skip]
-    return FirePlan(next_fire_at=following, executions=executions)
+    return FirePlan(next_fire_at=following, executions=executions, excluded=dict(excluded))
 
 
 def claimed(
@@ -279,6 +306,7 @@ def plan_resume(old: Execution, spec: TaskSpec, claim: Claim) -> Execution:
         trigger_kind=TriggerKind.RESUME,
         attempt=old.attempt,
         resume_of=old.eid,
+        upstream=old.upstream,
         resume_attempt=old.resume_attempt + 1,
         progress=sum(s.progress for s in steps) / len(steps) if steps else 0.0,
         owner=claim.node,
@@ -343,6 +371,7 @@ def plan_retry(
         trigger_kind=TriggerKind.RETRY,
         attempt=execution.attempt + 1,
         next_poll_at=start,
+        upstream=execution.upstream,
     )
 
 

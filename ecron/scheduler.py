@@ -125,6 +125,8 @@ class Scheduler:
             return plan_fires(due.name, spec, due.next_fire_at, claim)
 
         claimed, more = await self.leases.claim_fires(now, plan)
+        for name, counts in claimed.excluded.items():
+            self.leases.metrics.excluded(name, counts)
         for execution in claimed.executions:
             if execution.status is Status.SKIPPED:
                 await self.recorder.ended(execution)

@@ -1,4 +1,5 @@
-"""Fire times: cron (with time zone), every (fixed rate), after (fixed delay), at (once), manual.
+"""Fire times: cron (with time zone), every (fixed rate), after (fixed delay), at (once), manual,
+and after other tasks (chains, which have no fire times of their own).
 
 All fire-time math comes from APScheduler 3.11's trigger classes, behind one
 small function, ``next_fire_time``, that takes ``now``: ``every`` and ``at`` from
@@ -46,18 +47,30 @@ class ScheduleKind(StrEnum):
     AT = "at"
     #: Only when asked (API, CLI).
     MANUAL = "manual"
+    #: ``{after_task: NAME}``: when an execution of another task (or of each of several)
+    #: ends with a listed status; no fire times of its own.
+    CHAIN = "chain"
+
+
+#: The statuses an upstream execution may end with to set off a chained task (``on``).
+CHAIN_STATUSES = ("SUCCESS", "FAILED", "TIMED_OUT", "CANCELLED")
+#: ``on`` when a chained task does not say.
+CHAIN_DEFAULT_ON = ("SUCCESS",)
 
 
 @dataclass(frozen=True, slots=True)
 class Schedule:
     """A parsed schedule: its kind, how to print it, and what computes it (a cron rule, an
-    APScheduler trigger for every and at, a delay for after)."""
+    APScheduler trigger for every and at, a delay for after; for a chain, the upstream
+    tasks and the statuses that set it off)."""
 
     kind: ScheduleKind
     text: str
     trigger: BaseTrigger | None = None
     delay: timedelta | None = None
     cron: CronRule | None = None
+    upstreams: tuple[str, ...] = ()
+    on: frozenset[str] = frozenset()
 
 
 def zone(name: str) -> tzinfo:
@@ -109,15 +122,16 @@ def _parse_schedule(value: Any, timezone: str) -> Schedule:
         return _parse_mapping(value, tz)
     raise ScheduleError(
         f"{value!r} is not a schedule: use a cron expression, {{every: 10m}}, {{after: 10m}}, "
-        "{at: TIME} or manual"
+        "{at: TIME}, {after_task: NAME} or manual"
     )
 
 
-def _parse_mapping(value: dict[str, Any], tz: tzinfo) -> Schedule:
+def _parse_mapping(value: dict[Any, Any], tz: tzinfo) -> Schedule:
+    value = on_key(value)
     keys = set(value)
     if keys in ({"every"}, {"every", "start"}):
         interval = _positive_duration(value["every"], "every")
-        start = _read_time(value["start"], tz, "start") if "start" in value else EPOCH
+        start = read_time(value["start"], tz, "start") if "start" in value else EPOCH
         trigger = IntervalTrigger(seconds=interval.total_seconds(), start_date=start, timezone=UTC)
         text = f"every {format_duration(interval)}"
         if "start" in value:
@@ -127,14 +141,46 @@ def _parse_mapping(value: dict[str, Any], tz: tzinfo) -> Schedule:
         delay = _positive_duration(value["after"], "after")
         return Schedule(ScheduleKind.AFTER, f"after {format_duration(delay)}", delay=delay)
     if keys == {"at"}:
-        when = _read_time(value["at"], tz, "at")
+        when = read_time(value["at"], tz, "at")
         # An explicit zone, so APScheduler never asks the host's (tzlocal fails on a bad TZ).
         trigger = DateTrigger(run_date=when, timezone=UTC)
         return Schedule(ScheduleKind.AT, f"at {_iso(when)}", trigger=trigger)
+    if keys in ({"after_task"}, {"after_task", "on"}):
+        return _parse_chain(value["after_task"], value.get("on", list(CHAIN_DEFAULT_ON)))
     raise ScheduleError(
-        f"{sorted(keys)} is not a schedule mapping: use {{every: D}} (optionally with start), "
-        "{after: D} or {at: TIME}"
+        f"{sorted(map(str, keys))} is not a schedule mapping: use {{every: D}} (optionally "
+        "with start), {after: D}, {at: TIME} or {after_task: NAME} (optionally with on)"
     )
+
+
+def on_key(value: dict[Any, Any]) -> dict[Any, Any]:
+    """A chain's mapping with its ``on`` key as text: YAML 1.1 reads an unquoted ``on`` as
+    the boolean true (as GitHub Actions' ``on:`` is)."""
+    if True in value and "after_task" in value and "on" not in value:
+        return {("on" if key is True else key): item for key, item in value.items()}
+    return value
+
+
+def _parse_chain(names: Any, on: Any) -> Schedule:
+    """``{after_task: NAME | [NAMES], on: [STATUSES]}``: a chain (the names are checked
+    against the other tasks by the config loader)."""
+    upstreams = [names] if isinstance(names, str) else names
+    if not isinstance(upstreams, list) or not upstreams:
+        raise ScheduleError("after_task: name a task, or give a list of task names")
+    if not all(isinstance(name, str) and name for name in upstreams):
+        raise ScheduleError(f"after_task: {names!r} is not a task name or a list of them")
+    if len(set(upstreams)) != len(upstreams):
+        raise ScheduleError(f"after_task: {names!r} names a task twice")
+    if not isinstance(on, list) or not on:
+        raise ScheduleError(f"on: {on!r} is not a list of statuses, like [SUCCESS, FAILED]")
+    statuses = [str(status).upper() for status in on]
+    wrong = [status for status in on if str(status).upper() not in CHAIN_STATUSES]
+    if wrong:
+        raise ScheduleError(f"on: {wrong[0]!r} is not a status: use {', '.join(CHAIN_STATUSES)}")
+    text = ("after task " if len(upstreams) == 1 else "after tasks ") + ", ".join(upstreams)
+    if sorted(statuses) != sorted(CHAIN_DEFAULT_ON):
+        text += " on " + ", ".join(s for s in CHAIN_STATUSES if s in statuses)
+    return Schedule(ScheduleKind.CHAIN, text, upstreams=tuple(upstreams), on=frozenset(statuses))
 
 
 def _positive_duration(value: Any, key: str) -> timedelta:
@@ -147,7 +193,9 @@ def _positive_duration(value: Any, key: str) -> timedelta:
     return duration
 
 
-def _read_time(value: Any, tz: tzinfo, key: str) -> datetime:
+def read_time(value: Any, tz: tzinfo, key: str) -> datetime:
+    """A time from YAML (a timestamp or RFC 3339 text) in UTC; one without an offset is read
+    in ``tz`` (the first of a repeated wall time, a skipped one shifted by the gap)."""
     if isinstance(value, datetime):
         when = value
     elif isinstance(value, str):
@@ -205,7 +253,7 @@ def next_fire_time(schedule: Schedule, previous: datetime | None, now: datetime)
 def _next_fire_time(
     schedule: Schedule, previous: datetime | None, now: datetime
 ) -> datetime | None:
-    if schedule.kind is ScheduleKind.MANUAL:
+    if schedule.kind in (ScheduleKind.MANUAL, ScheduleKind.CHAIN):
         return None
     if schedule.kind is ScheduleKind.AFTER:
         assert schedule.delay is not None
@@ -274,6 +322,9 @@ def missed_fire_times(
     return due, current
 
 
+_NO_TIMES = (ScheduleKind.AFTER, ScheduleKind.MANUAL, ScheduleKind.CHAIN)
+
+
 def latest_fire_times(
     schedule: Schedule, floor: datetime, end: datetime, count: int
 ) -> list[datetime]:
@@ -283,7 +334,7 @@ def latest_fire_times(
     month under ``{every: 1s}`` has millions): a window before ``end`` grows
     until it holds ``count`` fire times or reaches ``floor``.
     """
-    if schedule.kind in (ScheduleKind.AFTER, ScheduleKind.MANUAL) or count < 1 or floor >= end:
+    if schedule.kind in _NO_TIMES or count < 1 or floor >= end:
         return [floor] if schedule.kind is ScheduleKind.AFTER and floor < end else []
     window = timedelta(seconds=1)
     while True:

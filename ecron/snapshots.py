@@ -16,24 +16,38 @@ async def execution_snapshots(
     store: Store, executions: Sequence[Execution], now: datetime
 ) -> list[dict[str, Any]]:
     """The snapshots of ``executions`` as the API answers them, seen at ``now``: each naming
-    its resume, each RUNNING one with its ETA. What they need from the store is read for
-    all of them at once (one read of resumes, one of recent durations), whatever their
+    its resume and the chained executions it set off, each RUNNING one with its ETA. What
+    they need from the store is read for all of them at once (one read of resumes, one of
+    the executions set off by the final ones, one of recent durations), whatever their
     number."""
-    resumes = await store.resumes_of([e.eid for e in executions])
+    eids = [e.eid for e in executions]
+    resumes = await store.resumes_of(eids)
+    ended = [e.eid for e in executions if e.is_final]  # only an end sets chained runs off
+    downstream = await store.downstreams_of(ended) if ended else {}
     waiting = [e.task for e in executions if needs_history(e)]
     history = await store.recent_durations(waiting, RECENT_RUNS) if waiting else {}
     return [
-        execution_snapshot(e, resumes.get(e.eid), eta=estimate_end(e, now, history.get(e.task, ())))
+        execution_snapshot(
+            e,
+            resumes.get(e.eid),
+            eta=estimate_end(e, now, history.get(e.task, ())),
+            downstream=downstream.get(e.eid, ()),
+        )
         for e in executions
     ]
 
 
 def execution_snapshot(
-    execution: Execution, resumed_by: str | None = None, *, eta: datetime | None = None
+    execution: Execution,
+    resumed_by: str | None = None,
+    *,
+    eta: datetime | None = None,
+    downstream: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Everything people need to know about one execution (``resumed_by``: the id of its
     resume, when it was resumed; ``eta``: when it will likely end, see
-    ``ecron.core.estimate_end``; alerts, about ended executions, have none)."""
+    ``ecron.core.estimate_end``; alerts, about ended executions, have none; ``downstream``:
+    the executions of chained tasks that its end set off)."""
     return {
         "id": execution.eid,
         "task": execution.task,
@@ -56,7 +70,8 @@ def execution_snapshot(
         "resumed_by": resumed_by,
         "cancel_acknowledged": execution.cancel_acknowledged,
         "eta": iso(eta),
-        "upstream": None,  # chains (DESIGN.md, "Scheduling rules") are not built yet
+        "upstream": execution.upstream,
+        "downstream": list(downstream),
         "probe_failures": execution.probe_failures,
         "owner": execution.owner,
         "steps": [step_snapshot(step) for step in execution.steps],

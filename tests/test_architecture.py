@@ -22,15 +22,27 @@ FUNCTION_LINES = 60
 SIZE_EXEMPT = ("store/migrations/versions/",)
 
 #: The loops, and what wires them: no part below them may import these.
-LOOPS = {"scheduler", "executor", "patrol", "leases", "bookkeeping", "parts", "daemon"}
+LOOPS = {
+    "scheduler",
+    "executor",
+    "patrol",
+    "leases",
+    "bookkeeping",
+    "chains",
+    "overdue",
+    "parts",
+    "daemon",
+}
 
 #: Per part, the parts it may import (besides itself); None: any.
 ALLOWED: dict[str, set[str] | None] = {
     # Pure: no I/O, no clock, nothing else of ecron but the root of its errors.
     "core": {"errors"},
     # Config validates schedule expressions while loading, so that a bad cron names its
-    # file, task and field; ``schedules`` (with ``cron``) imports no other part (below).
-    "config": {"durations", "errors", "schedules"},
+    # file, task and field; ``schedules`` (with ``cron``) imports no other part (below), and
+    # ``calendars`` (a schedule's fire times less its calendar and blackouts) only them.
+    "config": {"calendars", "durations", "errors", "schedules"},
+    "calendars": {"cron", "durations", "errors", "schedules"},
     "schedules": {"cron", "durations", "errors"},
     # Cron's half of the fire-time math (APScheduler asked in UTC, then the zone's rules).
     "cron": {"errors"},
@@ -174,8 +186,9 @@ def test_ecron_has_no_import_circle() -> None:
 
 
 def test_every_import_is_one_the_parts_table_allows() -> None:
-    """``core`` imports no other part (but ``errors``), ``config`` only durations, errors
-    and schedules, the store no loop, the API no loop (it acts through ``commands``)."""
+    """``core`` imports no other part (but ``errors``), ``config`` only durations, errors,
+    schedules and calendars, the store no loop, the API no loop (it acts through
+    ``commands``)."""
     assert broken_rules(graph(ROOT)) == []
 
 

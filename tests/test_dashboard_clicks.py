@@ -24,7 +24,7 @@ from ecron.daemon import Daemon
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, reply, run_once
 from tests.support.browser import Page, WebDriver, chromium, require_browser
-from tests.support.service import UserService
+from tests.support.service import UserService, wait_for
 
 #: Where the screenshot is copied when ECRON_SAVE_SCREENSHOT=1 (README links it).
 DOCS_SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "images" / "dashboard.png"
@@ -279,6 +279,36 @@ async def test_the_execution_page_shows_steps_the_resume_chain_and_a_timeline(
             '#execution-details dd[data-field="status"]', lambda t: t.startswith("FAILED"), "old"
         )
         assert await page.text("#execution-actions") == ""  # resumed already: no resume button
+        assert await page.console_errors() == []
+
+
+async def test_a_chained_execution_links_to_its_upstream_which_links_back_to_it(
+    make_daemon: DaemonFactory, user_service: UserService, driver: WebDriver
+) -> None:
+    """A chained execution's page says which execution set it off, with a link; that one's
+    page lists it as downstream, with a link back."""
+    user_service.duration = 0.0
+    url = f"{user_service.url}/jobs/x"
+    specs = [task("extract", url), task("load", url, schedule={"after_task": "extract"})]
+    async with make_daemon(specs) as daemon:
+        upstream = await run_once(daemon, "extract")
+        await ended(daemon, upstream)
+
+        async def chained() -> str | None:
+            page = await daemon.store.list_executions(task="load")
+            return page.items[0].eid if page.items and page.items[0].is_final else None
+
+        downstream = await wait_for(chained, timeout=10)
+        page = dashboard(driver, daemon)
+        await page.open(f"#/executions/{downstream}")
+        await page.wait_text("#upstream", lambda t: t.startswith("set off by"), "the upstream")
+        assert upstream in await page.text("#upstream")
+        assert (await page.text("#downstream")).startswith("none")
+        await page.click(f'#upstream a[href="#/executions/{upstream}"]', "the upstream's link")
+        await page.wait_text("#downstream", lambda t: downstream in t, "its downstream")
+        assert (await page.text("#upstream")).startswith("none")
+        await page.click(f'#downstream a[href="#/executions/{downstream}"]', "the link back")
+        await page.wait_text("#upstream", lambda t: upstream in t, "back on the chained one")
         assert await page.console_errors() == []
 
 

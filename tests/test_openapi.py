@@ -72,7 +72,7 @@ async def test_a_route_added_without_documentation_is_reported(
         partial.add_routes(part.routes)
     undocumented, unserved = openapi.mismatches(partial)
     assert undocumented == set()
-    assert ("POST", "/api/v1/tasks/{name}/run") in unserved and len(unserved) == 5
+    assert ("POST", "/api/v1/tasks/{name}/run") in unserved and len(unserved) == 6
 
 
 def test_the_snapshot_schemas_name_every_field_the_design_names() -> None:
@@ -119,6 +119,9 @@ async def test_answers_of_a_live_daemon_match_their_documented_schemas(
         await api.send("GET", "/api/v1/tasks", headers={})  # 401
         await api.send("GET", "/api/v1/tasks/{name}", "/api/v1/tasks/quick")
         await api.send("GET", "/api/v1/tasks/{name}", "/api/v1/tasks/nope")  # 404
+        upcoming = "/api/v1/tasks/{name}/upcoming"
+        await api.send("GET", upcoming, "/api/v1/tasks/quick/upcoming", params={"count": "3"})
+        await api.send("GET", upcoming, "/api/v1/tasks/quick/upcoming", params={"count": "0"})
         pause = "/api/v1/tasks/{name}/pause"
         await api.send("POST", pause, "/api/v1/tasks/quick/pause", json={"reason": "why"})
         await api.send("POST", pause, "/api/v1/tasks/quick/pause", json=["not", "an object"])
@@ -160,6 +163,7 @@ async def test_answers_of_a_live_daemon_match_their_documented_schemas(
     assert statuses["POST", cancel] == {200, 409} and statuses["POST", resume] == {202, 409}
     assert statuses["GET", "/api/v1/tasks"] == {200, 401}
     assert statuses["POST", pause] == {200, 400}
+    assert statuses["GET", upcoming] == {200, 400}
     assert statuses["GET", "/static/{name}"] == {200, 404}
     assert len(statuses) == len(openapi.OPERATIONS) - 1  # all but the document itself
 

@@ -122,6 +122,28 @@ OPERATIONS: tuple[Operation, ...] = (
         parameters=(NAME,),
     ),
     Operation(
+        "GET",
+        "/api/v1/tasks/{name}/upcoming",
+        "tasks",
+        "The next fire times that will run",
+        "The task's next fire times, its calendar and blackouts applied (those they plan out "
+        "are left out): from the earliest one claimed ahead or its stored next one; for a "
+        "paused task, the ones it would have if unpaused now.",
+        {
+            200: (schemas.Upcoming, "the fire times, oldest first"),
+            400: (ERROR, "`count` is not a whole number from 1 to 100"),
+            404: (ERROR, "no task of that name, or a retired one"),
+        },
+        parameters=(
+            NAME,
+            _query(
+                "count",
+                "how many",
+                {"type": "integer", "minimum": 1, "maximum": 100, "default": 10},
+            ),
+        ),
+    ),
+    Operation(
         "POST",
         "/api/v1/tasks/{name}/run",
         "tasks",

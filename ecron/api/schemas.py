@@ -93,6 +93,10 @@ class ExecutionSnapshot(Answer):
     upstream: str | None = Field(
         description="for a chained task, the upstream execution that set it off; else null"
     )
+    downstream: list[str] = Field(
+        description="the executions of chained tasks that this one's end set off, oldest "
+        "first; [] when none"
+    )
     steps: list[StepSnapshot] = Field(description="the steps, in order; [] for a one-call task")
 
 
@@ -121,6 +125,19 @@ class TaskList(Answer):
     """Every task that is not retired, by name (not paginated)."""
 
     items: list[TaskSnapshot]
+
+
+class Upcoming(Answer):
+    """The next fire times of a task that will run, its calendar and blackouts applied."""
+
+    task: str
+    paused: bool = Field(
+        description="while true, none of them runs: they are the ones it would have if unpaused now"
+    )
+    items: list[Time] = Field(
+        description="oldest first; [] for a manual, chained or disabled task, or a schedule "
+        "with no fire time left; one for an `after` schedule (the next depend on ends)"
+    )
 
 
 class ExecutionPage(Answer):
@@ -233,6 +250,7 @@ MODELS: tuple[type[BaseModel], ...] = (
     ExecutionSnapshot,
     TaskSnapshot,
     TaskList,
+    Upcoming,
     ExecutionPage,
     StepList,
     Alive,

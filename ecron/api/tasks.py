@@ -8,7 +8,9 @@ from aiohttp import web
 
 from ecron.api.context import NUL, context, error, ignore_body
 from ecron.api.executions import snapshot, snapshots
+from ecron.clock import iso
 from ecron.errors import NotFound
+from ecron.planning import upcoming_fire_times
 from ecron.snapshots import task_snapshot
 from ecron.store.base import TaskState
 
@@ -49,6 +51,29 @@ async def get_task(request: web.Request) -> web.Response:
     """One task and its last execution."""
     task = await _task(request)
     return web.json_response(await _snapshot(request, task))
+
+
+#: ``/upcoming``: how many fire times when ``count`` is not given, and at most.
+UPCOMING_COUNT, MAX_UPCOMING = 10, 100
+
+
+@routes.get("/api/v1/tasks/{name}/upcoming")
+async def upcoming(request: web.Request) -> web.Response:
+    """The next ``count`` fire times that will run (calendars and blackouts applied)."""
+    task = await _task(request)
+    given = request.query.get("count", str(UPCOMING_COUNT))
+    try:
+        count = int(given)
+    except ValueError:
+        return error(400, "count must be a whole number", given)
+    if not 1 <= count <= MAX_UPCOMING:
+        return error(400, f"count must be between 1 and {MAX_UPCOMING}", count)
+    store = context(request).store
+    claimed = (await store.claimed_fire_times([task.name])).get(task.name)
+    found = upcoming_fire_times(task, claimed, context(request).clock.now(), count)
+    return web.json_response(
+        {"task": task.name, "paused": task.paused, "items": [iso(when) for when in found]}
+    )
 
 
 @routes.post("/api/v1/tasks/{name}/run")

@@ -19,6 +19,7 @@ from ecron.cli.client import ApiError, segment
 from ecron.cli.display import Times, progress_text, short_length, status_text, table
 from ecron.cli.group import cli
 from ecron.cli.options import api_options, client, fail, json_option, wide_option
+from ecron.cli.upcoming import print_upcoming
 
 
 def print_json(answer: Any) -> None:
@@ -35,17 +36,33 @@ def get(api: str, token: str | None, path: str, **query: Any) -> Any:
 
 
 @cli.command()
+@click.option(
+    "--next",
+    "upcoming",
+    type=click.IntRange(1, 100),
+    default=None,
+    metavar="N",
+    help="Also list each task's next N fire times that will run (calendars applied).",
+)
 @json_option
 @wide_option
 @api_options
-def tasks(as_json: bool, wide: bool, api: str, token: str | None) -> None:
+def tasks(upcoming: int | None, as_json: bool, wide: bool, api: str, token: str | None) -> None:
     """List tasks: schedule, next fire time (or paused, disabled), how their last run
     went and when."""
     answer = get(api, token, "/api/v1/tasks")
     if as_json:
         print_json(answer)
         return
-    items = answer["items"]
+    _print_tasks(answer["items"], wide)
+    if upcoming is not None:
+        try:
+            print_upcoming(client(api, token), answer["items"], upcoming)
+        except ApiError as exc:
+            fail(exc)
+
+
+def _print_tasks(items: list[dict[str, Any]], wide: bool) -> None:
     when = Times(wide)
     lasts = [item["last_execution"] for item in items if item.get("last_execution")]
     length = 36 if wide else short_length(last["id"] for last in lasts)
@@ -148,6 +165,8 @@ _SHOWN = (
     "resume_of",
     "resume_attempt",
     "resumed_by",
+    "upstream",
+    "downstream",
     "owner",
 )
 _TIMES = frozenset(
@@ -178,6 +197,8 @@ def show(eid: str, as_json: bool, wide: bool, api: str, token: str | None) -> No
             text = str(value) if wide else f"{value:.0f}%"
         elif key in _TIMES:
             text = when(value)
+        elif key == "downstream":
+            text = escape(", ".join(value or ())) or "-"
         else:
             text = "-" if value is None else escape(str(value))
         grid.add_row(key, text)

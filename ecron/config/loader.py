@@ -10,20 +10,23 @@ these rules.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
-import types
 import typing
 from collections.abc import Hashable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from ecron.config.links import check_chains, check_reach
+from ecron.config.messages import HIDDEN, SECRET_PATH, Problems, explain, join, kind
 from ecron.config.model import Config, DaemonSettings, StepSpec, TaskSpec
+from ecron.config.rules import CALENDAR_NAME, CalendarSpec
 from ecron.errors import ConfigError
+from ecron.schedules import on_key
 
 DAEMON_FILE = "ecron.yaml"
 TASKS_DIR = "tasks"
@@ -34,18 +37,18 @@ ENV_ALIASES: dict[tuple[str, ...], tuple[str, ...]] = {("database",): ("ECRON_DA
 _REFERENCE = re.compile(r"\$\$\{|\$\{([^}]*)\}|\$\{")
 _VARIABLE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?", re.DOTALL)
 _SQLITE = "sqlite+aiosqlite:///"
-#: Fields whose values are secrets: a problem with one never quotes the value.
-_SECRET_PATH = re.compile(r"(^|\.)(secret|api_token)$|(^|\.)headers(\.|\[|$)|webhooks\[\d+\]\.url$")
-#: How a secret value is shown in a problem.
-HIDDEN = "***"
-_Problems = list[tuple[str, str]]  # (field path, what is wrong)
+#: Named calendars: name -> (the calendar, or None where its definition is wrong; its file).
+_Calendars = dict[str, tuple[CalendarSpec | None, str]]
 
 
-def load_config(directory: str | Path, environ: Mapping[str, str] | None = None) -> Config:
+def load_config(
+    directory: str | Path, environ: Mapping[str, str] | None = None, now: datetime | None = None
+) -> Config:
     """Read and validate the config directory ``directory``.
 
     ``environ`` (default ``os.environ``) feeds ``${VAR}`` interpolation and the
-    ``ECRON_<KEY>`` overrides of daemon settings. Raises ``ConfigError``
+    ``ECRON_<KEY>`` overrides of daemon settings. ``now`` (default: the clock's) is when a
+    calendar that leaves no fire time from then on is looked for. Raises ``ConfigError``
     listing every problem found, in file order.
     """
     root = Path(directory)
@@ -53,11 +56,15 @@ def load_config(directory: str | Path, environ: Mapping[str, str] | None = None)
     if not root.is_dir():
         raise ConfigError([f"{directory}: is not a directory (expected ecron.yaml and tasks/)."])
     problems: list[str] = []
-    daemon = _load_daemon(root, env, problems)
-    tasks = _load_tasks(root, env, problems)
+    calendars: _Calendars = {}
+    daemon = _load_daemon(root, env, problems, calendars)
+    files: dict[str, str] = {}  # task name -> the file that declares it
+    tasks = _load_tasks(root, env, problems, calendars, files)
+    problems += check_chains(tasks, files) + check_reach(tasks, files, now or datetime.now(UTC))
     if problems or daemon is None:
         raise ConfigError(problems)
-    return Config(directory=str(root.resolve()), daemon=daemon, tasks=tasks)
+    named = {name: spec for name, (spec, _) in calendars.items() if spec is not None}
+    return Config(directory=str(root.resolve()), daemon=daemon, tasks=tasks, calendars=named)
 
 
 def environment_overrides(environ: Mapping[str, str]) -> dict[tuple[str, ...], tuple[str, str]]:
@@ -79,6 +86,8 @@ def environment_overrides(environ: Mapping[str, str]) -> dict[tuple[str, ...], t
 
 #: Daemon keys that only ecron.yaml sets (lists of structures have no sensible variable).
 FILE_ONLY_KEYS = frozenset({"notify"})
+#: The top-level key of named calendars, in ecron.yaml and in task files.
+CALENDARS = "calendars"
 
 
 def _daemon_keys() -> list[tuple[str, ...]]:
@@ -97,17 +106,21 @@ def _daemon_keys() -> list[tuple[str, ...]]:
 # --- ecron.yaml -------------------------------------------------------------------------------
 
 
-def _load_daemon(root: Path, env: Mapping[str, str], problems: list[str]) -> DaemonSettings | None:
+def _load_daemon(
+    root: Path, env: Mapping[str, str], problems: list[str], calendars: _Calendars
+) -> DaemonSettings | None:
     raw: Any = None  # a missing or empty file: every default
     if (root / DAEMON_FILE).exists():
         ok, raw = _read_yaml(root / DAEMON_FILE, DAEMON_FILE, problems)
         if ok and raw is not None and not isinstance(raw, dict):
-            problems.append(f"{DAEMON_FILE}: must be a mapping of settings, not {_kind(raw)}.")
+            problems.append(f"{DAEMON_FILE}: must be a mapping of settings, not {kind(raw)}.")
     raw = raw if isinstance(raw, dict) else {}
+    if CALENDARS in raw:
+        _load_calendars(raw.pop(CALENDARS), DAEMON_FILE, env, problems, calendars)
     overrides = environment_overrides(env)
     for key in overrides:
         _pop(raw, key)
-    bad: _Problems = []
+    bad: Problems = []
     data = _interpolate(raw, env, "", bad)
     problems.extend(f"{DAEMON_FILE}: field '{path}': {text}" for path, text in bad)
     for key, (_, value) in overrides.items():
@@ -117,7 +130,7 @@ def _load_daemon(root: Path, env: Mapping[str, str], problems: list[str]) -> Dae
         daemon = DaemonSettings.model_validate(data)
     except ValidationError as exc:
         sources = {".".join(key): name for key, (name, _) in overrides.items()}
-        for path, text in _explain(exc, DaemonSettings, skip=[path for path, _ in bad]):
+        for path, text in explain(exc, DaemonSettings, skip=[path for path, _ in bad]):
             where = f"environment variable {sources[path]}" if path in sources else DAEMON_FILE
             problems.append(f"{where}: field '{path}': {text}")
         return None
@@ -157,51 +170,104 @@ def _absolute_sqlite(url: str, root: Path) -> str:
 # --- tasks/*.yaml -----------------------------------------------------------------------------
 
 
-def _load_tasks(root: Path, env: Mapping[str, str], problems: list[str]) -> dict[str, TaskSpec]:
+def _load_tasks(
+    root: Path,
+    env: Mapping[str, str],
+    problems: list[str],
+    calendars: _Calendars,
+    seen: dict[str, str],
+) -> dict[str, TaskSpec]:
+    """Every task of every task file (``seen``: task name -> the file that declared it
+    first), after the named calendars of all of them."""
     folder = root / TASKS_DIR
     if not folder.exists():
         return {}
     if not folder.is_dir():
         problems.append(f"{TASKS_DIR}: must be a directory of *.yaml task files.")
         return {}
-    tasks: dict[str, TaskSpec] = {}
-    seen: dict[str, str] = {}  # task name -> file that declared it first
+    documents: list[tuple[str, list[Any]]] = []
     for path in sorted(folder.iterdir()):
         rel = f"{TASKS_DIR}/{path.name}"
         if path.name.startswith(".") or not path.is_file():
             continue
         if path.suffix == ".yml":
             problems.append(f"{rel}: is not read: task files must end in .yaml; rename it.")
-        if path.suffix != ".yaml":
-            continue
-        for index, item in enumerate(_task_items(path, rel, problems), start=1):
-            spec = _load_task(item, f"{rel}: tasks[{index}]", rel, env, problems, seen)
+        if path.suffix == ".yaml":
+            documents.append((rel, _task_items(path, rel, env, problems, calendars)))
+    tasks: dict[str, TaskSpec] = {}
+    for rel, items in documents:
+        for index, item in enumerate(items, start=1):
+            where = f"{rel}: tasks[{index}]"
+            spec = _load_task(item, where, rel, env, problems, (seen, calendars))
             if spec is not None:
                 tasks[spec.name] = spec
     return tasks
 
 
-def _task_items(path: Path, rel: str, problems: list[str]) -> list[Any]:
+def _task_items(
+    path: Path, rel: str, env: Mapping[str, str], problems: list[str], calendars: _Calendars
+) -> list[Any]:
+    """The task items of one file (its calendars go to ``calendars``)."""
     ok, raw = _read_yaml(path, rel, problems)
     if not ok:
         return []
+    if isinstance(raw, dict) and CALENDARS in raw:
+        _load_calendars(raw[CALENDARS], rel, env, problems, calendars)
+        if "tasks" not in raw:
+            raw = {**raw, "tasks": []}  # a file of calendars only
     if not isinstance(raw, dict) or not isinstance(raw.get("tasks"), list):
         if not isinstance(raw, dict):
-            what = f"it is {_kind(raw)}"
+            what = f"it is {kind(raw)}"
         else:
-            what = (
-                f"'tasks' is {_kind(raw['tasks'])}" if "tasks" in raw else "it has no 'tasks' key"
-            )
+            what = f"'tasks' is {kind(raw['tasks'])}" if "tasks" in raw else "it has no 'tasks' key"
         problems.append(f"{rel}: must be a mapping with a list of tasks under 'tasks', but {what}.")
         return []
     for key in raw:
-        if key != "tasks" and not str(key).startswith("x-"):
+        if key not in ("tasks", CALENDARS) and not str(key).startswith("x-"):
             problems.append(
-                f"{rel}: top-level key {key!r} is not known: a tasks file holds 'tasks' "
-                "(and keys starting with 'x-', for YAML anchors)."
+                f"{rel}: top-level key {key!r} is not known: a tasks file holds 'tasks', "
+                "'calendars' (and keys starting with 'x-', for YAML anchors)."
             )
     items: list[Any] = raw["tasks"]
     return items
+
+
+def _load_calendars(
+    raw: Any, rel: str, env: Mapping[str, str], problems: list[str], calendars: _Calendars
+) -> None:
+    """Validate the named calendars of one file into ``calendars``."""
+    if not isinstance(raw, dict):
+        problems.append(f"{rel}: field 'calendars': must be a mapping of names to calendars.")
+        return
+    for name, body in raw.items():
+        where = f"{rel}: calendar {name!r}"
+        if not isinstance(name, str) or not CALENDAR_NAME.fullmatch(name):
+            problems.append(
+                f"{where}: is not a calendar name: use lower-case letters, digits, '_', '.', "
+                "'-', starting with a letter or digit."
+            )
+            continue
+        if name in calendars:
+            problems.append(
+                f"{where}: the name {name!r} is already used by a calendar in "
+                f"{calendars[name][1]}; calendar names must be unique across all files."
+            )
+            continue
+        calendars[name] = (None, rel)
+        if not isinstance(body, dict) or "name" in body:
+            what = "a 'name' key (its name is its key)" if isinstance(body, dict) else kind(body)
+            problems.append(f"{where}: must be a mapping of weekdays and exclude, not {what}.")
+            continue
+        bad: Problems = []
+        data = _interpolate(body, env, "", bad)
+        problems.extend(f"{where}: field '{path}': {text}" for path, text in bad)
+        try:
+            spec = CalendarSpec.model_validate({**data, "name": name})
+        except ValidationError as exc:
+            for path, text in explain(exc, CalendarSpec, skip=[path for path, _ in bad]):
+                problems.append(f"{where}: field '{path}': {text}")
+            continue
+        calendars[name] = (None if bad else spec, rel)
 
 
 def _load_task(
@@ -210,13 +276,15 @@ def _load_task(
     rel: str,
     env: Mapping[str, str],
     problems: list[str],
-    seen: dict[str, str],
+    known: tuple[dict[str, str], _Calendars],
 ) -> TaskSpec | None:
-    """Validate one task (``where`` names it by position until its name is known)."""
+    """Validate one task (``where`` names it by position until its name is known; ``known``:
+    the tasks seen so far, by the file that declared each, and the named calendars)."""
+    seen, calendars = known
     if not isinstance(item, dict):
-        problems.append(f"{where}: must be a mapping of task keys, not {_kind(item)}.")
+        problems.append(f"{where}: must be a mapping of task keys, not {kind(item)}.")
         return None
-    bad: _Problems = []
+    bad: Problems = []
     data = _interpolate(item, env, "", bad)
     name = data.get("name")
     if isinstance(name, str) and name:
@@ -225,6 +293,9 @@ def _load_task(
             text = f"the name {name!r} is already used by a task in {seen[name]}"
             bad.append(("name", f"{text}; task names must be unique across all files."))
         seen.setdefault(name, rel)
+    if isinstance(data.get("schedule"), dict):
+        data["schedule"] = on_key(data["schedule"])  # YAML reads a bare ``on`` as true
+    _resolve_calendar(data, calendars, bad)
     problems.extend(f"{where}: field '{path}': {text}" for path, text in bad)
     _empty_means_unset(data, TaskSpec)
     steps = data.get("steps")
@@ -234,10 +305,31 @@ def _load_task(
     try:
         spec = TaskSpec.model_validate(data)
     except ValidationError as exc:
-        for path, text in _explain(exc, TaskSpec, skip=[path for path, _ in bad]):
+        for path, text in explain(exc, TaskSpec, skip=[path for path, _ in bad]):
             problems.append(f"{where}: field '{path}': {text}" if path else f"{where}: {text}")
         return None
     return None if bad else spec
+
+
+def _resolve_calendar(data: dict[str, Any], calendars: _Calendars, bad: Problems) -> None:
+    """A task's ``calendar`` naming a calendar becomes that calendar (with its name)."""
+    name = data.get("calendar")
+    if not isinstance(name, str):
+        return
+    if name not in calendars:
+        defined = ", ".join(sorted(calendars)) or "none"
+        bad.append(
+            (
+                "calendar",
+                f"no calendar named {name!r} is defined (defined: {defined}); define it under "
+                "'calendars' in ecron.yaml or a tasks file, or write the calendar here.",
+            )
+        )
+        del data["calendar"]
+    elif (spec := calendars[name][0]) is None:
+        del data["calendar"]  # its definition is wrong: said where it is defined
+    else:
+        data["calendar"] = spec.model_dump(mode="json")
 
 
 # --- YAML, interpolation, messages ------------------------------------------------------------
@@ -286,18 +378,18 @@ def _read_yaml(path: Path, rel: str, problems: list[str]) -> tuple[bool, Any]:
     return False, None
 
 
-def _interpolate(value: Any, env: Mapping[str, str], path: str, bad: _Problems) -> Any:
+def _interpolate(value: Any, env: Mapping[str, str], path: str, bad: Problems) -> Any:
     """``value`` with ``${VAR}`` expanded in every string inside it; problems go to ``bad``."""
     if isinstance(value, str):
         return _expand(value, env, path, bad)
     if isinstance(value, dict):
-        return {key: _interpolate(v, env, _join(path, str(key)), bad) for key, v in value.items()}
+        return {key: _interpolate(v, env, join(path, str(key)), bad) for key, v in value.items()}
     if isinstance(value, list):
-        return [_interpolate(v, env, _join(path, i), bad) for i, v in enumerate(value)]
+        return [_interpolate(v, env, join(path, i), bad) for i, v in enumerate(value)]
     return value
 
 
-def _expand(text: str, env: Mapping[str, str], path: str, bad: _Problems) -> str:
+def _expand(text: str, env: Mapping[str, str], path: str, bad: Problems) -> str:
     def replace(match: re.Match[str]) -> str:
         whole, body = match.group(0), match.group(1)
         if whole == "$${":
@@ -306,7 +398,7 @@ def _expand(text: str, env: Mapping[str, str], path: str, bad: _Problems) -> str
         if reference is None:
             wrong = "a '${' without a closing '}'" if body is None else f"a malformed {whole!r}"
             hint = "write ${NAME} or ${NAME:-default}, and $${ for a literal ${"
-            shown = HIDDEN if _SECRET_PATH.search(path) else repr(text)
+            shown = HIDDEN if SECRET_PATH.search(path) else repr(text)
             bad.append((path, f"{shown} has {wrong}: {hint}."))
             return whole
         name, default = reference.group(1), reference.group(2)
@@ -331,87 +423,3 @@ def _empty_means_unset(data: dict[str, Any], model: type[BaseModel]) -> None:
         field = model.model_fields.get(key)
         if value == "" and field is not None and type(None) in typing.get_args(field.annotation):
             del data[key]
-
-
-def _explain(exc: ValidationError, model: type[BaseModel], skip: list[str]) -> _Problems:
-    """(field path, sentence) for each error, leaving out fields under a path in ``skip``."""
-    found: _Problems = []
-    for error in exc.errors():
-        path, owner = _walk(model, error["loc"])
-        value = error.get("input")
-        text = error["msg"].removeprefix("Value error, ")
-        prefixed = re.match(r"([\w./]+): (.*)", text, re.DOTALL)
-        if error["type"] == "value_error" and prefixed:
-            inner = prefixed.group(1)
-            if not path or (isinstance(value, dict) and inner in value):
-                path, text = _join(path, inner), prefixed.group(2)
-        if _SECRET_PATH.search(path):  # never quoted, not even in a validator's own words
-            text = text.replace(repr(value), HIDDEN) if isinstance(value, str) else text
-            shown = HIDDEN
-        else:
-            shown = _show(value)
-        text = _sentence(error["type"], text, shown, owner, path)
-        if not any(_under(path, prefix) for prefix in skip) and (path, text) not in found:
-            found.append((path, text))
-    return found
-
-
-def _sentence(kind: str, text: str, shown: str, owner: type[BaseModel] | None, path: str) -> str:
-    """The problem in words; ``shown``: the value as a problem may quote it."""
-    if kind == "missing":
-        return "is required but not set."
-    if kind == "extra_forbidden":
-        key = path.rpartition(".")[2]
-        close = difflib.get_close_matches(key, list(owner.model_fields) if owner else [], n=1)
-        return "is not a known key" + (f"; did you mean {close[0]!r}?" if close else ".")
-    if kind == "literal_error":
-        return f"{shown} is not allowed: use {text.removeprefix('Input should be ')}."
-    if kind != "value_error":
-        text = f"{shown} is not valid: {text[:1].lower()}{text[1:]}"
-    elif text.startswith("must "):
-        text = f"{shown} {text}"
-    return text if text.endswith((".", "?")) else text + "."
-
-
-def _walk(model: type[BaseModel], loc: tuple[int | str, ...]) -> tuple[str, type[BaseModel] | None]:
-    """The dotted path of a pydantic location (union tags left out) and the model of its key."""
-    path, current, owner = "", typing.cast(Any, model), None
-    for item in loc:
-        args = [arg for arg in typing.get_args(current) if arg is not type(None)]
-        if typing.get_origin(current) in (typing.Union, types.UnionType):
-            if len(args) > 1:  # ``item`` names the union member that failed
-                current = None
-                continue
-            current = args[0]
-            args = list(typing.get_args(current))
-        if isinstance(current, type) and issubclass(current, BaseModel):
-            field = current.model_fields.get(str(item))
-            owner, current = current, (field.annotation if field else None)
-        else:
-            owner = None
-            is_container = typing.get_origin(current) in (list, dict)
-            current = args[-1] if is_container and args else None
-        path = _join(path, item)
-    return path, owner
-
-
-def _join(path: str, item: int | str) -> str:
-    if isinstance(item, int):
-        return f"{path}[{item + 1}]"
-    return f"{path}.{item}" if path else item
-
-
-def _under(path: str, prefix: str) -> bool:
-    return path == prefix or path.startswith((f"{prefix}.", f"{prefix}["))
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "empty"
-    names = {list: "a list", dict: "a mapping", str: "a string", bool: "a boolean"}
-    return names.get(type(value), "a number" if isinstance(value, int | float) else "a scalar")

@@ -26,9 +26,11 @@ from pydantic import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from ecron.calendars import FireTimes
+from ecron.config.rules import Blackout, CalendarSpec, Expect, check_blackouts, exclusions
 from ecron.durations import Duration
 from ecron.errors import ScheduleError
-from ecron.schedules import Schedule, parse_schedule, zone
+from ecron.schedules import Schedule, on_key, parse_schedule, zone
 
 TASK_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]*")
 #: Keys a step may set for itself; every other one it inherits from its task.
@@ -105,13 +107,20 @@ class ResumePolicy(_Strict):
 
 #: The events an alert webhook can be sent for.
 AlertEvent = Literal[
-    "execution_failed", "execution_timed_out", "task_paused", "resume_chain_exhausted"
+    "execution_failed",
+    "execution_timed_out",
+    "task_paused",
+    "resume_chain_exhausted",
+    "task_overdue",
+    "fire_skipped",
 ]
 ALERT_EVENTS: tuple[AlertEvent, ...] = (
     "execution_failed",
     "execution_timed_out",
     "task_paused",
     "resume_chain_exhausted",
+    "task_overdue",
+    "fire_skipped",
 )
 
 
@@ -211,6 +220,12 @@ class TaskSpec(_Strict):
     steps: list[StepSpec] | None = None
     #: Alerts for this task, sent besides the daemon's.
     notify: NotifySettings | None = None
+    #: The days fire times may fall on: inline, or (resolved by the loader) a named one.
+    calendar: CalendarSpec | str | None = None
+    #: Windows in which no fire time runs.
+    blackout: list[Blackout] = Field(default_factory=list)
+    #: ``{success_within: 26h}``: alert ``task_overdue`` when no SUCCESS for that long.
+    expect: Expect | None = None
 
     _url = field_validator("url")(check_url)
     _durations = field_validator(*_POSITIVE_CALL_DURATIONS)(check_positive)
@@ -234,10 +249,22 @@ class TaskSpec(_Strict):
             raise ValueError(str(exc)) from None
         return value
 
+    @field_validator("calendar")
+    @classmethod
+    def _calendar(cls, value: CalendarSpec | str | None) -> CalendarSpec | None:
+        if isinstance(value, str):
+            raise ValueError(
+                f"no calendar named {value!r} is defined: define it under 'calendars' "
+                "(in ecron.yaml or a tasks file), or write the calendar here"
+            )
+        return value
+
     @field_validator("schedule", mode="before")
     @classmethod
     def _schedule(cls, value: Any, info: ValidationInfo) -> str | dict[str, Any]:
         # "before": a value of the wrong type gets parse_schedule's one clear message
+        if isinstance(value, dict):
+            value = on_key(value)
         try:
             parse_schedule(value, info.data.get("timezone", "UTC"))
         except ScheduleError as exc:
@@ -257,6 +284,7 @@ class TaskSpec(_Strict):
                 raise ValueError("steps: a multi-step task needs at least one step")
             for number, _ in enumerate(self.steps, start=1):
                 self.call(number)  # every step must resolve to a complete call
+        check_blackouts(self.blackout, self.timezone)
         # A one-call task's settings are its own fields, validated already: they are put
         # together when first asked for.
         return self
@@ -280,6 +308,12 @@ class TaskSpec(_Strict):
     def fire_schedule(self) -> Schedule:
         """The parsed ``schedule``."""
         return parse_schedule(self.schedule, self.timezone)
+
+    @cached_property
+    def fire_times(self) -> FireTimes:
+        """The fire times that run: the schedule's, with the calendar and blackouts applied."""
+        calendar = self.calendar if isinstance(self.calendar, CalendarSpec) else None
+        return FireTimes(self.fire_schedule, exclusions(calendar, self.blackout, self.timezone))
 
     @cached_property
     def step_names(self) -> tuple[str, ...]:
@@ -388,6 +422,8 @@ class Config(BaseModel):
     directory: str
     daemon: DaemonSettings
     tasks: dict[str, TaskSpec]
+    #: The named calendars (``calendars`` in ecron.yaml and the task files).
+    calendars: dict[str, CalendarSpec] = Field(default_factory=dict)
 
 
 #: The password of a database URL: between ``scheme://user:`` and the last ``@``.

@@ -10,7 +10,7 @@ from ecron.config.loader import load_config
 from ecron.config.model import Config, TaskSpec
 from ecron.durations import format_duration
 from ecron.errors import ConfigError
-from ecron.schedules import ScheduleKind, next_fire_time
+from ecron.schedules import ScheduleKind
 
 
 def validation_report(
@@ -22,7 +22,7 @@ def validation_report(
     one per note (see ``notes``); on failure it is 1 and there is one line per problem.
     """
     try:
-        config = load_config(directory, environ)
+        config = load_config(directory, environ, now)
     except ConfigError as exc:
         return 1, [" ".join(problem.split("\n")) for problem in exc.problems]
     return 0, task_lines(config, now) + notes(config)
@@ -54,9 +54,9 @@ def notes(config: Config) -> list[str]:
 def task_lines(config: Config, now: datetime) -> list[str]:
     """One aligned line per task: name, schedule, next fire time after ``now``, disabled mark.
 
-    The next fire time is RFC 3339 UTC, or ``-`` when the schedule has none of
-    its own (``manual``; ``after``, which first fires when loaded) or the task
-    is disabled.
+    The next fire time is RFC 3339 UTC, the first that its calendar and blackouts let
+    run, or ``-`` when the schedule has none of its own (``manual``; a chain; ``after``,
+    which first fires when loaded) or the task is disabled.
     """
     if not config.tasks:
         return [f"{config.directory}: no tasks are defined (add them to tasks/*.yaml)."]
@@ -72,11 +72,14 @@ def task_lines(config: Config, now: datetime) -> list[str]:
     return lines
 
 
+_NONE_OF_THEIR_OWN = (ScheduleKind.MANUAL, ScheduleKind.AFTER, ScheduleKind.CHAIN)
+
+
 def _next(task: TaskSpec, now: datetime) -> str:
     schedule = task.fire_schedule
-    if not task.enabled or schedule.kind in (ScheduleKind.MANUAL, ScheduleKind.AFTER):
+    if not task.enabled or schedule.kind in _NONE_OF_THEIR_OWN:
         return "-"
-    when = next_fire_time(schedule, None, now)
+    when = task.fire_times.next(None, now)
     if when is None:
         return "-"
     return when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -173,6 +173,9 @@ class Execution:
     attempt: int = 1
     resume_attempt: int = 0
     resume_of: str | None = None
+    #: Chains: the eid of the upstream execution whose end set this one (or the run it
+    #: retries or resumes) off.
+    upstream: str | None = None
     status: Status = Status.SCHEDULED
     reason: Reason | None = None
     progress: float = 0.0

@@ -87,6 +87,8 @@ class TriggerKind(StrEnum):
     RETRY = "retry"
     #: The continuation of an unsuccessful execution.
     RESUME = "resume"
+    #: A chained task (``schedule: {after_task: ...}``), set off by its upstream's end.
+    CHAIN = "chain"
 
 
 #: Statuses that never change again.

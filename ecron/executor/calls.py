@@ -68,6 +68,7 @@ class Calls:
             resume_of=execution.resume_of,
             step_name=None if step is None else step.name,
             step_number=number,
+            upstream=execution.upstream,
         )
         call = spec.call(number)
         if len(self._known) >= KNOWN_CALLS:

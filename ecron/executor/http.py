@@ -84,6 +84,7 @@ class CallContext:
     resume_of: str | None = None
     step_name: str | None = None
     step_number: int | None = None
+    upstream: str | None = None
 
 
 def default_target(url: str, remote_id: str) -> URL:
@@ -172,6 +173,8 @@ class HttpCaller:
             headers["X-Ecron-Deadline"] = iso(ctx.deadline) or ""
         if ctx.resume_of is not None:
             headers["X-Ecron-Resume-Of"] = ctx.resume_of
+        if ctx.upstream is not None:
+            headers["X-Ecron-Upstream-Execution-Id"] = ctx.upstream
         if ctx.step_number is not None:
             headers["X-Ecron-Step"] = ctx.step_name or ""
             headers["X-Ecron-Step-Number"] = str(ctx.step_number)

@@ -32,6 +32,13 @@ class TaskState:
     consecutive_failures: int
     retired: bool
     version: int
+    #: When its spec was last synced (added, or changed).
+    updated_at: datetime | None = None
+    #: When it was added, and the end of its newest SUCCESS (``expect``).
+    created_at: datetime | None = None
+    last_success_at: datetime | None = None
+    #: When ``task_overdue`` was last raised for it.
+    overdue_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +63,8 @@ class FirePlan:
 
     next_fire_at: datetime | None
     executions: Sequence[Execution] = ()
+    #: Fire times its calendar or blackouts planned out, by reason (``calendar``, ``blackout``).
+    excluded: Mapping[str, int] = field(default_factory=dict)
 
 
 #: Decides a due task's fate inside the claim transaction; None leaves the task alone (this
@@ -73,6 +82,8 @@ class Claimed:
     #: How many due tasks it read, and how many of them it advanced.
     read: int
     advanced: int
+    #: The ``excluded`` of the plans it carried out, per task.
+    excluded: dict[str, Mapping[str, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,10 +224,23 @@ class Store(abc.ABC):
         (``planning.pauses``)."""
 
     @abc.abstractmethod
-    async def tasks_succeeded(self, ends: Mapping[str, datetime]) -> None:
+    async def tasks_succeeded(
+        self, ends: Mapping[str, datetime], stamp: Collection[str] = ()
+    ) -> None:
         """Record, in one transaction, that an execution of each task in ``ends`` succeeded
-        at the time given: the count of failures in a row back to 0 (and ``last_end_at``),
-        for the tasks whose count was not 0 already."""
+        at the time given: the count of failures in a row back to 0 (and ``last_end_at``,
+        ``last_success_at``), for the tasks whose count was not 0 already; for the tasks in
+        ``stamp``, ``last_success_at`` whatever their count."""
+
+    @abc.abstractmethod
+    async def last_successes(self) -> dict[str, datetime]:
+        """``last_success_at`` of every task that is not retired and has one."""
+
+    @abc.abstractmethod
+    async def mark_overdue(self, task: TaskState, now: datetime) -> bool:
+        """Record that ``task_overdue`` is raised for ``task`` at ``now``: a compare-and-set
+        on its ``last_success_at`` and ``overdue_at`` as read, so that one caller, on one
+        node, records it (and raises it); True for that caller."""
 
     @abc.abstractmethod
     async def set_paused(
@@ -360,6 +384,30 @@ class Store(abc.ABC):
     async def purge_history(self, before: datetime, batch: int) -> int:
         """Delete up to ``batch`` final executions (with their steps) that finished before
         ``before``; how many were deleted."""
+
+    # -- chains -----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def downstreams_of(self, eids: Sequence[str]) -> dict[str, list[str]]:
+        """For each of ``eids`` that set off chained executions, their eids, oldest first."""
+
+    @abc.abstractmethod
+    async def ended_between(
+        self, tasks: Sequence[str], since: datetime, until: datetime, limit: int
+    ) -> list[Execution]:
+        """Final executions of ``tasks`` that finished in ``[since, until)``, oldest end
+        first, at most ``limit``, without their steps."""
+
+    @abc.abstractmethod
+    async def newest_of_fire_time(
+        self, tasks: Sequence[str], scheduled_at: datetime
+    ) -> dict[str, Execution]:
+        """For each of ``tasks`` with an execution of fire time ``scheduled_at``, its newest
+        (by eid: a retry or a resume comes after what it follows), without steps."""
+
+    @abc.abstractmethod
+    async def fire_times_taken(self, task: str, times: Sequence[datetime]) -> set[datetime]:
+        """Those of ``times`` for which ``task`` has an execution (of any attempt)."""
 
     # -- nodes and shared settings --------------------------------------------------------
 

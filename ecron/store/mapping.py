@@ -111,4 +111,8 @@ def to_task(row: RowMapping | Mapping[str, Any]) -> TaskState:
         consecutive_failures=row["consecutive_failures"],
         retired=row["retired"],
         version=row["version"],
+        updated_at=row["updated_at"],
+        created_at=row["created_at"],
+        last_success_at=row["last_success_at"],
+        overdue_at=row["overdue_at"],
     )

@@ -2,7 +2,7 @@
 
 Reads and the state writes of executions live here; claims and leases in
 ``sql_leases``, tasks in ``sql_tasks``, lookups by eid prefix and of recent durations in
-``sql_lookups``. Every operation but ``ping`` and ``exclusive`` is
+``sql_lookups``, chains in ``sql_chains``. Every operation but ``ping`` and ``exclusive`` is
 one transaction run again on a transient error (``retry``, whose docstring says why that
 is safe for each kind); the dialect's statements and batches are chosen once, here.
 """
@@ -31,9 +31,10 @@ from ecron.store.mapping import (
     to_step,
 )
 from ecron.store.retry import retried, retrying
+from ecron.store.sql_chains import ChainOperations
 from ecron.store.sql_leases import LeaseOperations, advance_batch, take_batch
 from ecron.store.sql_lookups import LookupOperations
-from ecron.store.sql_tasks import TaskOperations, successes_batch
+from ecron.store.sql_tasks import TaskOperations, stamps_batch, successes_batch
 from ecron.store.tables import (
     execution_table,
     node_table,
@@ -78,7 +79,7 @@ _STEP_UPDATE = (
 )
 
 
-class SqlStore(LeaseOperations, TaskOperations, LookupOperations, Store):
+class SqlStore(LeaseOperations, TaskOperations, LookupOperations, ChainOperations, Store):
     """The store on SQLAlchemy Core; see ``Store`` for the contract of each operation."""
 
     def __init__(self, engines: Engines) -> None:
@@ -98,6 +99,7 @@ class SqlStore(LeaseOperations, TaskOperations, LookupOperations, Store):
         self._advances = advance_batch(name)
         self._takes = take_batch(name)
         self._successes = successes_batch(name)
+        self._stamps = stamps_batch(name)
         self._insert = engines.dialect.insert
 
     @classmethod

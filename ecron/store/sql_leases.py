@@ -98,7 +98,8 @@ class LeaseOperations:
                 await self._advances.update(conn, moves, returning="name")
             planned = [e for _, decided in advanced for e in decided.executions]
             inserted = await self._insert_executions(conn, planned)
-        return Claimed(inserted, read=len(due), advanced=len(advanced))
+        excluded = {task.name: p.excluded for task, p in advanced if p.excluded}
+        return Claimed(inserted, read=len(due), advanced=len(advanced), excluded=excluded)
 
     # -- starting what was claimed ----------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Reads for people, in SQL: executions named by a prefix of their eid, and the durations
 of a task's recent successful runs (which a snapshot's ETA rests on). Each reads a few
-rows along an index of its own (migrations 0005 and 0006)."""
+rows along an index of its own (migrations 0005, 0006 and 0007)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ executions of each task end (failures in a row, pause, the next ``after`` fire t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -43,8 +43,9 @@ class TaskOperations:
     """The ``Store`` operations on tasks (mixed into ``SqlStore``)."""
 
     engines: Engines
-    #: Made once, when the store opens (``successes_batch``).
+    #: Made once, when the store opens (``successes_batch``, ``stamps_batch``).
     _successes: Batch
+    _stamps: Batch
 
     @retried("sync_tasks")
     async def sync_tasks(self, specs: Mapping[str, TaskSpec], firsts: FirstFires) -> SyncResult:
@@ -61,7 +62,7 @@ class TaskOperations:
             ]
             gone = [name for name, row in rows.items() if name not in specs and not row.retired]
             if new:
-                rows_new = [_new_task(spec, now, firsts) for spec in new]
+                rows_new = [_new_task(spec, now, firsts.of(spec)) for spec in new]
                 # another node starting at the same moment may add them first: its rows stay
                 insert = self.engines.dialect.insert(task_table).on_conflict_do_nothing()
                 added = await conn.execute(insert.returning(task_table.c.name), rows_new)
@@ -124,6 +125,8 @@ class TaskOperations:
         values: dict[str, Any] = {"last_end_at": finished_at, "version": task_table.c.version + 1}
         if succeeded is not None:
             values["consecutive_failures"] = 0 if succeeded else failures + 1
+        if succeeded:
+            values["last_success_at"] = finished_at
         if next_fire_at is not None:
             values["next_fire_at"] = next_fire_at
         named = task_table.c.name == name
@@ -137,12 +140,45 @@ class TaskOperations:
         return None if row is None else to_task(row)
 
     @retried("tasks_succeeded")
-    async def tasks_succeeded(self, ends: Mapping[str, datetime]) -> None:
+    async def tasks_succeeded(
+        self, ends: Mapping[str, datetime], stamp: Collection[str] = ()
+    ) -> None:
         if not ends:
             return
         rows = [{"name": name, "last_end_at": at} for name, at in ends.items()]
+        stamps = [{"name": name, "last_end_at": ends[name]} for name in stamp if name in ends]
         async with self.engines.write() as conn:
             await self._successes.update(conn, rows, returning="name")
+            if stamps:
+                await self._stamps.update(conn, stamps, returning="name")
+
+    @retried("last_successes")
+    async def last_successes(self) -> dict[str, datetime]:
+        query = sa.select(task_table.c.name, task_table.c.last_success_at).where(
+            task_table.c.last_success_at.is_not(None), task_table.c.retired.is_(False)
+        )
+        async with self.engines.read() as conn:
+            return dict((await conn.execute(query)).all())
+
+    @retried("mark_overdue")
+    async def mark_overdue(self, task: TaskState, now: datetime) -> bool:
+        table = task_table.c
+        update = (
+            sa.update(task_table)
+            .where(
+                table.name == task.name,
+                table.last_success_at.is_not_distinct_from(task.last_success_at),
+                table.overdue_at.is_not_distinct_from(task.overdue_at),
+            )
+            .values(overdue_at=now)
+        )
+        async with self.engines.write() as conn:
+            result = await conn.execute(update)
+            if result.rowcount == 1 or not retrying():
+                return result.rowcount == 1
+            # the attempt before may have written it, its commit lost: then it says ``now``
+            query = sa.select(table.overdue_at).where(table.name == task.name)
+            return bool((await conn.execute(query)).scalar() == now)
 
     @retried("set_paused")
     async def set_paused(
@@ -181,13 +217,13 @@ def can_fire() -> list[sa.ColumnElement[bool]]:
     ]
 
 
-def _new_task(spec: TaskSpec, now: datetime, firsts: FirstFires) -> dict[str, Any]:
+def _new_task(spec: TaskSpec, now: datetime, first: datetime | None) -> dict[str, Any]:
     return {
         "name": spec.name,
         "spec": spec_json(spec),
         "spec_hash": spec.digest,
         "schedule_text": spec.fire_schedule.text,
-        "next_fire_at": firsts.of(spec) if spec.enabled else None,
+        "next_fire_at": first if spec.enabled else None,
         "enabled": spec.enabled,
         "created_at": now,
         "updated_at": now,
@@ -218,7 +254,10 @@ _UPDATE_TASK = (
         }
     )
 )
-_SCHEDULING = ("schedule", "timezone", "enabled")
+#: The keys whose change restarts a task's schedule at its first fire time from now.
+_SCHEDULING = ("schedule", "timezone", "enabled", "calendar", "blackout")
+#: What a spec stored before a key existed means by its absence (no restart on upgrade).
+_UNSET: dict[str, Any] = {"blackout": []}
 
 
 def _changed_task(
@@ -226,12 +265,15 @@ def _changed_task(
 ) -> dict[str, Any]:
     """The new values of a task whose spec changed; its schedule goes on where it was
     unless the schedule itself changed (the stored spec is compared as stored: JSON)."""
-    values = _new_task(spec, now, firsts)
-    del values["created_at"], values["name"]
     stored = row["spec"] or {}
-    same_schedule = all(stored.get(key) == spec.dumped.get(key) for key in _SCHEDULING)
+    same_schedule = all(
+        stored.get(key, _UNSET.get(key)) == spec.dumped.get(key) for key in _SCHEDULING
+    )
     if same_schedule and not row["retired"]:
-        values["next_fire_at"] = row["next_fire_at"]
+        values = _new_task(spec, now, row["next_fire_at"])
+    else:
+        values = _new_task(spec, now, firsts.of(spec))
+    del values["created_at"], values["name"]
     values.update(
         b_name=row["name"], b_version=row["version"], retired=False, version=row["version"] + 1
     )
@@ -247,7 +289,14 @@ def successes_batch(dialect: str) -> Batch:
         "task",
         columns,
         key=["name"],
-        assign={"last_end_at": "last_end_at"},
+        assign={"last_end_at": "last_end_at", "last_success_at": "last_end_at"},
         also="consecutive_failures = 0, version = version + 1",
         where="consecutive_failures <> 0",
     )
+
+
+def stamps_batch(dialect: str) -> Batch:
+    """The end of the newest success written on many tasks at once, whatever their count of
+    failures (the version stays: no rule decides on it)."""
+    columns: dict[str, Kind] = {"name": "text", "last_end_at": "time"}
+    return Batch(dialect, "task", columns, key=["name"], assign={"last_success_at": "last_end_at"})

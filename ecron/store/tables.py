@@ -51,6 +51,11 @@ class TaskRow(SQLModel, table=True):
     next_fire_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     #: The previous execution's end, for ``after`` schedules.
     last_end_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    #: The end of its newest SUCCESS (``expect``, and the last-success gauge); for a task
+    #: without ``expect`` written at most once a minute while nothing else moves its row.
+    last_success_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    #: When ``task_overdue`` was last raised (raised again only after a newer success).
+    overdue_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     enabled: bool = True
     paused: bool = False
     paused_reason: str | None = Field(default=None, sa_type=sa.Text)
@@ -85,10 +90,19 @@ class ExecutionRow(SQLModel, table=True):
             sqlite_where=sa.text(_ACTIVE_SQL),
             postgresql_where=sa.text(_ACTIVE_SQL),
         ),
-        # A task's newest successful runs (their durations feed the ETA).
+        # The executions a chained execution set off (a snapshot's ``downstream``).
+        sa.Index(
+            "ix_execution_upstream",
+            "upstream",
+            sqlite_where=sa.text("upstream IS NOT NULL"),
+            postgresql_where=sa.text("upstream IS NOT NULL"),
+        ),
+        # A task's newest successful runs that are not resumes (their durations feed the
+        # ETA); ``resume_attempt`` in it makes it SQLite's choice over (status, eid) by cost.
         sa.Index(
             "ix_execution_task_success",
             "task",
+            "resume_attempt",
             "eid",
             sqlite_where=sa.text(_SUCCESS_SQL),
             postgresql_where=sa.text(_SUCCESS_SQL),
@@ -107,6 +121,8 @@ class ExecutionRow(SQLModel, table=True):
     attempt: int = 1
     resume_attempt: int = 0
     resume_of: str | None = Field(default=None, max_length=48)
+    #: Chains: the upstream execution that set it off.
+    upstream: str | None = Field(default=None, max_length=48)
     status: str = Field(max_length=16)
     reason: str | None = Field(default=None, max_length=32)
     progress: float = 0.0

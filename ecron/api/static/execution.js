@@ -135,6 +135,11 @@ function renderUpstream(e) {
   put(document.getElementById("upstream"), [e.trigger_kind, e.upstream || null], () =>
     e.upstream ? ["set off by ", executionLink(e.upstream)]
       : h("span", {class: "muted"}, "none: not started by another task's execution"));
+  const downstream = e.downstream || [];
+  put(document.getElementById("downstream"), downstream, () => downstream.length
+    ? ["set off ", ...downstream.flatMap((id, i) => i ? [", ", executionLink(id)]
+      : [executionLink(id)])]
+    : h("span", {class: "muted"}, "none: no chained task ran after it"));
 }
 
 export async function refreshExecution(eid) {
