@@ -81,8 +81,8 @@ async def test_a_node_whose_lease_was_taken_over_cannot_write_the_execution_any_
     make_daemon: DaemonFactory, user_service: UserService, database_url: str
 ) -> None:
     """While the daemon polls, another node takes the lease (fence 1 -> 2). The daemon's next
-    report, with new progress, is refused by the fence: it lets the execution go at once, and
-    the row keeps the intruder's lease and the state it had at the takeover."""
+    report, with new progress, is refused by the fence: it lets the execution go then, polls
+    it no more, and the row keeps the intruder's lease and the state it had at the takeover."""
     user_service.duration = 2.0  # progress moves on every poll: each poll wants a write
     spec = task("job", f"{user_service.url}/jobs/x", poll_interval="50ms")
     intruder = SqlStore.open(database_url)
@@ -92,8 +92,10 @@ async def test_a_node_whose_lease_was_taken_over_cannot_write_the_execution_any_
             eid = await run_once(daemon, "job")
             await wait_for(lambda: len(user_service.calls_for(eid, "GET")) >= 2, timeout=5)
             taken = await take_over(intruder, eid, "intruder")
-            polls = len(user_service.calls_for(eid, "GET"))
             await wait_for(lambda: eid not in daemon.executor.inflight, timeout=5)
+            # Until its write-behind write is refused the node may poll on (a read, harmless,
+            # as many as the write took: more on a loaded machine); once it let go, none.
+            polls = len(user_service.calls_for(eid, "GET"))
             await polled_again(user_service, watcher)  # polls of "job" would have gone on
             after = await intruder.get_execution(eid)
     finally:
@@ -102,7 +104,7 @@ async def test_a_node_whose_lease_was_taken_over_cannot_write_the_execution_any_
     assert after is not None
     assert (after.owner, after.fence, after.version) == ("intruder", 2, taken.version)
     assert after.progress == taken.progress
-    assert len(user_service.calls_for(eid, "GET")) <= polls + 2  # the polls already under way
+    assert len(user_service.calls_for(eid, "GET")) <= polls + 1  # one under way as it let go
 
 
 async def test_a_node_that_lost_its_lease_learns_it_at_the_next_renewal_without_a_write(
