@@ -40,6 +40,7 @@ MAX_FIRES_PER_CLAIM = 100
 #: At most this many missed fire times of one claim get a SKIPPED ``misfire`` record each;
 #: earlier ones are skipped without a row, so a long outage cannot flood the history.
 MISFIRE_RECORDS = 20
+_MILLISECOND = timedelta(milliseconds=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,13 +107,31 @@ def plan_fires(name: str, spec: TaskSpec, next_fire_at: datetime, claim: Claim) 
                 schedule, first_on_time, claim.horizon, MAX_FIRES_PER_CLAIM
             )
             run += on_time
+    taken = None
     if schedule.kind is ScheduleKind.AFTER:
-        # Fixed delay: the next fire time is set when the execution ends; if none runs, from now.
+        # Fixed delay: the next fire time is set when the execution ends; if none runs, from
+        # now. One whose key an older execution has (the clock stepped back) moves on by a ms.
         following = None if run else next_fire_time(schedule, claim.now, claim.now)
+        taken = run[-1] + _MILLISECOND if run else None
     executions = [claimed(name, when, claim, spec=spec) for when in run]
     why = "the fire time was found too late (misfire policy)"
     executions += [skipped(name, when, claim, Reason.MISFIRE, why) for when in skip]
-    return FirePlan(next_fire_at=following, executions=executions)
+    return FirePlan(next_fire_at=following, executions=executions, when_taken=taken)
+
+
+def rewound_fire_time(spec: TaskSpec, stored: datetime | None, now: datetime) -> datetime | None:
+    """Where a task's next fire time goes when the clock has stepped back to ``now``: the
+    first fire time from ``now`` (for ``after``, ``now`` plus the delay), if that is earlier
+    than the ``stored`` one; None when it stays. The fire times in between that ran before
+    the step already have their executions, and the unique key refuses them a second one;
+    the others run as the clock reaches them, instead of the schedule standing still until
+    the clock is back where it was."""
+    if stored is None or not spec.enabled:
+        return None
+    schedule = spec.fire_schedule
+    after_now = now if schedule.kind is ScheduleKind.AFTER else None
+    first = next_fire_time(schedule, after_now, now)
+    return first if first is not None and first < stored else None
 
 
 def claimed(

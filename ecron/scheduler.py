@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import structlog
 
 from ecron.bookkeeping import Bookkeeping
-from ecron.clock import Clock
+from ecron.clock import Clock, iso
 from ecron.config.model import DaemonSettings, TaskSpec
 from ecron.core import Execution, Status, apply
 from ecron.executor.runner import Executor
@@ -27,6 +27,7 @@ from ecron.planning import (
     Claim,
     is_late,
     plan_fires,
+    rewound_fire_time,
     start_event,
     start_time,
     to_replace,
@@ -34,6 +35,10 @@ from ecron.planning import (
 from ecron.store.base import DueTask, FirePlan, Gate, Holder, Store
 
 log = structlog.get_logger(__name__)
+
+#: A claim this much earlier than the latest one means the clock stepped back (smaller
+#: corrections are left alone: the fire times they cover are claimed already).
+STEP_BACK = timedelta(seconds=1)
 
 
 class Scheduler:
@@ -65,6 +70,9 @@ class Scheduler:
         self._stopping = False
         #: When the loop last went round, for readiness checks.
         self.last_tick: datetime | None = None
+        #: The latest time a claim was made at: a claim earlier than this by more than
+        #: ``STEP_BACK`` means the clock stepped back.
+        self._latest: datetime | None = None
         executor.starter = self.start
         bookkeeping.wake = self.wake
 
@@ -116,6 +124,9 @@ class Scheduler:
     async def claim_fires(self, now: datetime) -> bool:
         """Claim this node's share of the fire times due before ``now + prefetch`` and hand
         them to the executor to start on time; True when the share was full."""
+        if self._latest is not None and now < self._latest - STEP_BACK:
+            await self.rewind(now, self._latest - now)
+        self._latest = now if self._latest is None else max(self._latest, now)
         claim = self.claim(now)
 
         def plan(due: DueTask) -> FirePlan | None:
@@ -132,6 +143,26 @@ class Scheduler:
                 spec = self.specs.get(execution.task)
                 self.executor.start_at(execution, start_time(execution, spec))
         return more
+
+    async def rewind(self, now: datetime, step: timedelta) -> None:
+        """The clock stepped back by ``step``: bring the next fire time of every task that
+        this node knows back to its first one from ``now`` where that is earlier (see
+        ``planning.rewound_fire_time``), so that schedules go on from the new time."""
+        moves = {}
+        for task in await self.store.list_tasks():
+            spec = self.specs.get(task.name)
+            if spec is None or task.paused:
+                continue
+            new = rewound_fire_time(spec, task.next_fire_at, now)
+            if new is not None and task.next_fire_at is not None:
+                moves[task.name] = (task.next_fire_at, new)
+        await self.store.rewind_fire_times(moves)
+        log.warning(
+            "clock_stepped_back",
+            step_seconds=round(step.total_seconds(), 3),
+            now=iso(now),
+            tasks_rewound=len(moves),
+        )
 
     async def start(self, executions: list[Execution]) -> list[Execution]:
         """Decide, in one transaction, whether each claimed execution starts now (see
