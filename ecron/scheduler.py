@@ -39,6 +39,10 @@ log = structlog.get_logger(__name__)
 #: A claim this much earlier than the latest one means the clock stepped back (smaller
 #: corrections are left alone: the fire times they cover are claimed already).
 STEP_BACK = timedelta(seconds=1)
+#: While the oldest due start has waited this long for a worker, the node claims no more
+#: fire times (backpressure): they stay on their tasks, for the misfire policy to decide
+#: when claims resume, or for another node to claim.
+SATURATED = timedelta(seconds=1)
 
 
 class Scheduler:
@@ -73,7 +77,10 @@ class Scheduler:
         #: The latest time a claim was made at: a claim earlier than this by more than
         #: ``STEP_BACK`` means the clock stepped back.
         self._latest: datetime | None = None
+        #: True while claims are held back because the executor is behind (``SATURATED``).
+        self.saturated = False
         executor.starter = self.start
+        executor.backlog.on_room = self.wake
         bookkeeping.wake = self.wake
 
     def wake(self) -> None:
@@ -127,6 +134,8 @@ class Scheduler:
         if self._latest is not None and now < self._latest - STEP_BACK:
             await self.rewind(now, self._latest - now)
         self._latest = now if self._latest is None else max(self._latest, now)
+        if self._held_back(now):
+            return False
         claim = self.claim(now)
 
         def plan(due: DueTask) -> FirePlan | None:
@@ -135,7 +144,10 @@ class Scheduler:
                 return None  # not this node's config: a node that has it claims it
             return plan_fires(due.name, spec, due.next_fire_at, claim)
 
-        claimed, more = await self.leases.claim_fires(now, plan)
+        room = self.executor.backlog.room()
+        claimed, more = await self.leases.claim_fires(now, plan, room)
+        if claimed.read >= room:  # the room limited it: claim again once there is room
+            self.executor.backlog.call_when_room()
         for execution in claimed.executions:
             if execution.status is Status.SKIPPED:
                 await self.recorder.ended(execution)
@@ -143,6 +155,18 @@ class Scheduler:
                 spec = self.specs.get(execution.task)
                 self.executor.start_at(execution, start_time(execution, spec))
         return more
+
+    def _held_back(self, now: datetime) -> bool:
+        """True while the executor is more than ``SATURATED`` behind its due starts: no
+        claim now. Logged when it begins and when it ends."""
+        behind = self.executor.backlog.behind(now)
+        saturated = behind > SATURATED
+        if saturated and not self.saturated:
+            log.warning("claims_held_back", behind_seconds=round(behind.total_seconds(), 3))
+        elif self.saturated and not saturated:
+            log.info("claims_resumed")
+        self.saturated = saturated
+        return saturated
 
     async def rewind(self, now: datetime, step: timedelta) -> None:
         """The clock stepped back by ``step``: bring the next fire time of every task that
