@@ -1,7 +1,7 @@
 """The starts that fell due and wait to be decided and handed to a worker: how long the
 oldest has waited and how many more this node can take up. The scheduler reads both to
 hold its claims back when the node has more due work than its workers can do
-(backpressure, docs/performance.md "Overload"). Memory only, no I/O, no clock."""
+(backpressure, docs/performance.md "Overload"). Memory only, no I/O; times are passed in."""
 
 from __future__ import annotations
 
@@ -10,13 +10,19 @@ from collections import deque
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+#: Starts handed over within this much of now count towards the rate (see ``room``).
+RATE_WINDOW = timedelta(seconds=1)
+
 
 class StartBacklog:
     """Due starts in the order they fell due, in batches; the batch the starter works on."""
 
     def __init__(self, capacity: int) -> None:
-        #: How many due starts may wait before there is no room for more.
+        #: How many due starts may wait, at least, before there is no room for more.
         self.capacity = capacity
+        #: When starts were handed over lately, and how many: the rate the node keeps up.
+        self._handed: deque[tuple[datetime, int]] = deque()
+        self._rate = 0
         self._batches: deque[tuple[datetime, list[str]]] = deque()
         self._arrived = asyncio.Event()
         #: The earliest due time of the starts taken up and not yet handed to the workers.
@@ -43,9 +49,13 @@ class StartBacklog:
         self._taken_left = len(eids)
         return eids
 
-    def handed(self, count: int) -> None:
+    def handed(self, count: int, now: datetime) -> None:
         """``count`` of the starts taken up were decided and handed to the workers."""
         self._taken_left = max(0, self._taken_left - count)
+        self._handed.append((now, count))
+        self._rate += count
+        while self._handed and self._handed[0][0] < now - RATE_WINDOW:
+            self._rate -= self._handed.popleft()[1]
         self._room_freed()
 
     def done(self) -> None:
@@ -61,9 +71,11 @@ class StartBacklog:
         return max(timedelta(0), now - min(waiting)) if waiting else timedelta(0)
 
     def room(self) -> int:
-        """How many more due starts can be taken up: ``capacity`` less those waiting."""
+        """How many more due starts can be taken up: ``capacity``, or as many as were handed
+        over in the last ``RATE_WINDOW`` when that is more (a node whose workers keep up
+        takes up more), less those waiting."""
         waiting = self._taken_left + sum(len(batch) for _, batch in self._batches)
-        return max(0, self.capacity - waiting)
+        return max(0, max(self.capacity, self._rate) - waiting)
 
     def call_when_room(self) -> None:
         """Call ``on_room`` once, as soon as ``room`` is above zero again."""

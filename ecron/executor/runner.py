@@ -345,7 +345,7 @@ class Executor:
                     if self._stopping:
                         break  # what is left stays claimed: released, another node starts it
                     await self._start_slice(claimed[first : first + size])
-                    self.backlog.handed(size)
+                    self.backlog.handed(size, self.clock.now())
             finally:
                 self._starting = False
                 self.backlog.done()
