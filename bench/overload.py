@@ -17,10 +17,12 @@ a ``--duration`` window after ``--warmup``:
   counted);
 - the daemon's CPU, its RSS at the start and the end of the window and its peak, and the
   executions it holds (``ecron_executions_in_flight``, read from ``/metrics`` every 2 s);
-- afterwards, the rows of the window's fire times by status and reason.
 
-Then the load drops: the service recovers (it answers at once), so the same tasks are now
-well within what the node can do. Over ``--recovery`` seconds from then, their fire times
+``--settle`` seconds after the window (the load still on, so that the node decides the
+window's late fire times), the rows of the window's fire times are read, by status and
+reason; those without a row yet are ``undecided``. Then the load drops: the task file is
+cut to ``--after`` of the capacity (0.5) and reloaded (SIGHUP; the tasks that stay keep
+their fire times). Over ``--recovery`` seconds from then, the remaining tasks' fire times
 must run on time again: their lag, the ones missed, and how long after the drop every fire
 time of a second arrived within a second (before its task's next one).
 """
@@ -30,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import signal
 import time
 from collections import Counter
 from datetime import UTC, datetime
@@ -67,13 +70,14 @@ METRICS_EVERY = 4
 ON_TIME_S = 1.0
 
 
-def overload_yaml(url: str, count: int, grace: str) -> str:
+def overload_yaml(url: str, count: int, grace: str, spread: int = 0) -> str:
     """``count`` tasks t0, t1, ... every second, posting to ``url``, late ones run_once; their
     fire times spread evenly over the second (``start`` a fraction of a second apart), so
-    that a node that keeps up is on time, not a burst at each whole second."""
+    that a node that keeps up is on time, not a burst at each whole second. ``spread``: how
+    many tasks the second is shared out between (default ``count``)."""
     lines = ["tasks:"]
     for n in range(count):
-        offset = n * 1000 // count % 1000
+        offset = n * 1000 // (spread or count) % 1000
         lines += [
             f"  - name: t{n}",
             f'    schedule: {{every: 1s, start: "2026-01-01T00:00:00.{offset:03d}Z"}}',
@@ -222,53 +226,66 @@ async def run_level(
     """One level: L x capacity tasks for the window, then the drop and the recovery."""
     capacity = args.workers / args.delay
     tasks = max(1, round(level * capacity))
+    after = min(tasks, max(1, round(args.after * capacity)))
     task_url = f"{service.url}/jobs/{LABEL}"
-    settings = f"poll_workers: {args.workers}\n"
-    config = write_config(
-        scratch / f"config-{level}", overload_yaml(task_url, tasks, args.grace), settings
-    )
+    yaml = overload_yaml(task_url, tasks, args.grace)
+    config = write_config(scratch / f"config-{level}", yaml, f"poll_workers: {args.workers}\n")
     await service.post("/_reset")
-    await service.post(f"/_delay/{args.delay}")
     daemon = Daemon.start(config, url, scratch)
     prober = Prober(daemon.api)
     try:
         ready_at = await daemon.wait_ready(args.ready_timeout)
-        start = ready_at + args.warmup
         with PeakRss(daemon.child) as peak:
             probing = asyncio.create_task(prober.run())
-            await asyncio.sleep(max(0.0, start - time.time()))
-            rss_start, cpu = daemon.child.rss(), daemon.child.cpu_seconds()
-            recorder = profiler(args, daemon.child, level == max(args.level_list))
-            await asyncio.sleep(max(0.0, start + args.duration - time.time()))
-            rss_end, cpu = daemon.child.rss(), daemon.child.cpu_seconds() - cpu
-            profile = await recorder.stop() if recorder else None
-            in_flight_window = list(prober.in_flight)
-            await service.post("/_delay/0")
+            start = ready_at + args.warmup
+            figures = await overloaded(args, daemon, prober, start, level == max(args.level_list))
+            await asyncio.sleep(args.settle)  # the window's late fire times are decided
+            figures["rows"] = await rows_by_outcome(url, start, start + args.duration)
+            fewer = overload_yaml(task_url, after, args.grace, spread=tasks)
+            (config / "tasks" / "jobs.yaml").write_text(fewer)
             dropped = time.time()
+            daemon.child.process.send_signal(signal.SIGHUP)
             await asyncio.sleep(args.recovery)
             prober.running = False
             await probing
-            rss_after = daemon.child.rss()
+            figures["rss_mib_after_recovery"] = round(daemon.child.rss() / 2**20, 1)
     finally:
         prober.running = False
         await daemon.child.stop()
-    end = start + args.duration
     records = (await service.get(f"/_stats/triggers/{LABEL}"))["records"]
-    figures: dict[str, Any] = {"level": level, "tasks": tasks, "capacity_per_s": capacity}
-    figures.update(window_figures(records, start, end, tasks * args.duration))
     figures.update(
-        cpu_percent=round(100 * cpu / args.duration, 1),
-        rss_mib_start=round(rss_start / 2**20, 1),
-        rss_mib_end=round(rss_end / 2**20, 1),
+        level=level,
+        tasks=tasks,
+        capacity_per_s=capacity,
         rss_mib_peak=round(peak.peak / 2**20, 1),
-        rss_mib_after_recovery=round(rss_after / 2**20, 1),
-        in_flight_max=max(in_flight_window, default=None),
-        in_flight_end=in_flight_window[-1] if in_flight_window else None,
         api=prober.figures(),
-        rows=await rows_by_outcome(url, start, end),
-        recovery=recovery_figures(records, dropped, dropped + args.recovery, tasks),
+        recovery=recovery_figures(records, dropped, dropped + args.recovery, after),
+        **window_figures(records, start, start + args.duration, tasks * args.duration),
     )
-    figures["skipped_misfire"] = figures["rows"].get("SKIPPED misfire", 0)
+    rows = figures["rows"]
+    figures["skipped_misfire"] = rows.get("SKIPPED misfire", 0)
+    figures["undecided"] = tasks * args.duration - sum(rows.values())
+    return figures
+
+
+async def overloaded(
+    args: Any, daemon: Daemon, prober: Prober, start: float, profiled: bool
+) -> dict[str, Any]:
+    """Watch the daemon over the window: CPU, RSS, executions held (and its profile)."""
+    await asyncio.sleep(max(0.0, start - time.time()))
+    rss_start, cpu = daemon.child.rss(), daemon.child.cpu_seconds()
+    recorder = profiler(args, daemon.child, profiled)
+    await asyncio.sleep(max(0.0, start + args.duration - time.time()))
+    rss_end, cpu = daemon.child.rss(), daemon.child.cpu_seconds() - cpu
+    profile = await recorder.stop() if recorder else None
+    in_flight = list(prober.in_flight)
+    figures = {
+        "cpu_percent": round(100 * cpu / args.duration, 1),
+        "rss_mib_start": round(rss_start / 2**20, 1),
+        "rss_mib_end": round(rss_end / 2**20, 1),
+        "in_flight_max": max(in_flight, default=None),
+        "in_flight_end": in_flight[-1] if in_flight else None,
+    }
     if profile is not None:
         figures["profile"] = profile
     return figures
@@ -313,6 +330,7 @@ def report(args: Any, figures: dict[str, Any]) -> None:
         ("duplicates", figures["duplicates"], None),
         ("CPU, % of a core", figures["cpu_percent"], None),
         ("SKIPPED misfire rows", figures["skipped_misfire"], None),
+        ("fire times without a row yet", figures["undecided"], None),
         ("RSS start / end of window, MiB", figures["rss_mib_start"], figures["rss_mib_end"]),
         (
             "RSS peak / after recovery, MiB",
@@ -345,6 +363,8 @@ def main(argv: list[str] | None = None) -> None:
     options.add_argument("--duration", type=int, default=10, help="measured window, seconds")
     options.add_argument("--warmup", type=float, default=3.0, help="seconds after ready")
     options.add_argument("--recovery", type=float, default=8.0, help="after the drop, seconds")
+    options.add_argument("--settle", type=float, default=4.0, help="before the rows are read")
+    options.add_argument("--after", type=float, default=0.5, help="load after the drop, x cap.")
     options.add_argument("--ready-timeout", type=float, default=120.0)
     options.add_argument("--profile", help="py-spy raw profile of the highest level, to FILE")
     asyncio.run(run(options.parse_args(argv)))

@@ -12,8 +12,7 @@ records of the two runs of one benchmark apart.
 - ``lifecycle``: a POST answers ``RUNNING`` 0; polls 1-10 answer ``RUNNING`` with rising
   progress, the 11th ``SUCCESS``.
 
-Stats live under ``/_stats/...``; ``POST /_mark`` opens a new measuring window for polls;
-``POST /_delay/{seconds}`` changes ``--delay`` (a slow service that recovers).
+Stats live under ``/_stats/...``; ``POST /_mark`` opens a new measuring window for polls.
 """
 
 from __future__ import annotations
@@ -121,10 +120,6 @@ class Handlers:
     async def progress(self, request: web.Request) -> web.Response:
         return web.json_response({eid: list(kept) for eid, kept in self.state.progress.items()})
 
-    async def set_delay(self, request: web.Request) -> web.Response:
-        self.state.delay = float(request.match_info["seconds"])
-        return web.json_response({"delay": self.state.delay})
-
     async def reset(self, request: web.Request) -> web.Response:
         self.state.clear()
         return web.json_response({"reset": True})
@@ -144,7 +139,6 @@ def make_app(state: State) -> web.Application:
             web.get("/_stats/progress", handlers.progress),
             web.post("/_mark", handlers.mark),
             web.post("/_reset", handlers.reset),
-            web.post("/_delay/{seconds}", handlers.set_delay),
         ]
     )
     return app

@@ -110,7 +110,7 @@ def test_overload_ramps_the_due_work_and_measures_the_api_memory_and_recovery() 
     figures = run_bench(
         "overload",
         *("--levels", "1,5", "--workers", "2", "--delay", "0.1"),
-        *("--duration", "1", "--warmup", "0.5", "--recovery", "2"),
+        *("--duration", "1", "--warmup", "0.5", "--settle", "0.5", "--recovery", "2"),
     )
     levels = [figures["baseline"], *figures["ecron"]]
     assert [run["level"] for run in levels] == [1.0, 5.0]
