@@ -20,7 +20,9 @@ a ``--duration`` window after ``--warmup``:
 
 ``--settle`` seconds after the window (the load still on, so that the node decides the
 window's late fire times), the rows of the window's fire times are read, by status and
-reason; those without a row yet are ``undecided``. Then the load drops: the task file is
+reason; ``without_row`` counts the others: not decided yet (the task not claimed again
+since), or skipped without a row (a claim records only the latest 20 missed fire times of
+a task, ``planning.MISFIRE_RECORDS``). Then the load drops: the task file is
 cut to ``--after`` of the capacity (0.5) and reloaded (SIGHUP; the tasks that stay keep
 their fire times). Over ``--recovery`` seconds from then, the remaining tasks' fire times
 must run on time again: their lag, the ones missed, and how long after the drop every fire
@@ -264,7 +266,7 @@ async def run_level(
     )
     rows = figures["rows"]
     figures["skipped_misfire"] = rows.get("SKIPPED misfire", 0)
-    figures["undecided"] = tasks * args.duration - sum(rows.values())
+    figures["without_row"] = tasks * args.duration - sum(rows.values())
     return figures
 
 
@@ -330,7 +332,7 @@ def report(args: Any, figures: dict[str, Any]) -> None:
         ("duplicates", figures["duplicates"], None),
         ("CPU, % of a core", figures["cpu_percent"], None),
         ("SKIPPED misfire rows", figures["skipped_misfire"], None),
-        ("fire times without a row yet", figures["undecided"], None),
+        ("fire times without a row", figures["without_row"], None),
         ("RSS start / end of window, MiB", figures["rss_mib_start"], figures["rss_mib_end"]),
         (
             "RSS peak / after recovery, MiB",
