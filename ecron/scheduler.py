@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 import structlog
@@ -204,7 +205,7 @@ class Scheduler:
             for execution in ordered:
                 gate = gates[execution.task]
                 mine = starting.setdefault(execution.task, [])
-                gate = Gate(gate.paused, gate.paused_reason, gate.retired, (*gate.active, *mine))
+                gate = replace(gate, active=(*gate.active, *mine))  # its ``later`` kept
                 event = start_event(execution, self.specs.get(execution.task), gate, now)
                 if event is None:
                     waiting.append((execution, to_replace(execution, gate)))

@@ -188,6 +188,38 @@ async def test_a_forward_jump_of_a_day_follows_the_misfire_policy_then_fires_on_
     assert set(posts_by_fire_time(user_service).values()) == {1}
 
 
+@pytest.mark.parametrize(
+    ("policy", "outcomes"),
+    [
+        ("skip", ["misfire", "misfire", "misfire"]),
+        ("run_once", ["misfire", "misfire", "ran"]),
+        ("run_all", ["ran", "ran", "ran"]),
+    ],
+)
+async def test_fire_times_claimed_ahead_of_a_forward_jump_follow_the_misfire_policy_at_start(
+    database_url: str, user_service: UserService, policy: str, outcomes: list[str]
+) -> None:
+    """A task every second claimed 2 s ahead (12:00:00 to 12:00:02), then the clock jumps a
+    day before they start: at their start, skip records all three SKIPPED misfire, run_once
+    runs only the latest (the two before it have a later one claimed), run_all runs all."""
+    user_service.duration = 0
+    spec = task(
+        "a",
+        f"{user_service.url}/jobs/x",
+        schedule={"every": "1s"},
+        concurrency="allow",
+        misfire={"policy": policy, "grace": "5s"},
+    )
+    async with rig(database_url, [spec], T0, prefetch=timedelta(seconds=2)) as r:
+        await r.scheduler.claim_fires(T0)
+        await r.start_due(T0 + DAY)
+        found = await r.settled("a", 3)
+    seen = ["misfire" if e.reason is Reason.MISFIRE else "ran" for e in found]
+    assert seen == outcomes
+    assert [e.scheduled_at for e in found] == [T0 + n * timedelta(seconds=1) for n in range(3)]
+    assert len(user_service.calls) == outcomes.count("ran")
+
+
 # -- deadlines and leases ---------------------------------------------------------------------
 
 
