@@ -134,6 +134,7 @@ class Scheduler:
         them to the executor to start on time; True when the share was full."""
         if self._latest is not None and now < self._latest - STEP_BACK:
             await self.rewind(now, self._latest - now)
+            self._latest = now  # the new time is the one to compare with from now on
         self._latest = now if self._latest is None else max(self._latest, now)
         if self._held_back(now):
             return False

@@ -9,6 +9,7 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from structlog.testing import capture_logs
 
 from ecron.core import Reason, Status
 from ecron.planning import MISFIRE_RECORDS, rewound_fire_time
@@ -64,13 +65,16 @@ async def test_after_the_clock_steps_back_an_hour_no_fire_time_runs_twice_and_th
             await r.tick(T0 + n * MINUTE)
         await r.settled("a", 6)
         back = T0 + 5 * MINUTE - HOUR
-        for n in range(3):
-            await r.tick(back + n * MINUTE)
+        with capture_logs() as logs:
+            for n in range(3):
+                await r.tick(back + n * MINUTE)
         after_step = await r.settled("a", 9)
         await r.tick(T0 + 6 * MINUTE)  # caught up: 11:08 to 12:06 are due, 12:00-12:05 ran
         found = await r.settled("a", 62)
         counts = await fire_times(r, "a")
     assert [e.scheduled_at for e in after_step[6:]] == [back, back + MINUTE, back + 2 * MINUTE]
+    [stepped] = [line for line in logs if line["event"] == "clock_stepped_back"]  # once
+    assert stepped["step_seconds"] == HOUR.total_seconds() and stepped["tasks_rewound"] == 1
     assert set(counts.values()) == {1}
     assert len(counts) == 62 and max(counts) == T0 + 6 * MINUTE
     assert all(e.status is Status.SUCCESS for e in found)
