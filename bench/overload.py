@@ -14,7 +14,8 @@ a ``--duration`` window after ``--warmup``:
 - fires done per second (triggers the service received) against the fires due;
 - the latency of ``/healthz``, ``/readyz``, ``/api/v1/tasks`` and ``/api/v1/executions``,
   asked in turn by one prober every half second, each with a 5 s timeout (failures are
-  counted);
+  counted), from the window's start to the drop (``api``) and after it (``api_after_drop``,
+  which includes the reload);
 - the daemon's CPU, its RSS at the start and the end of the window and its peak, and the
   executions it holds (``ecron_executions_in_flight``, read from ``/metrics`` every 2 s);
 
@@ -95,7 +96,8 @@ class Prober:
 
     def __init__(self, api: str) -> None:
         self.api = api
-        self.latencies: dict[str, list[float | None]] = {path: [] for path in ENDPOINTS}
+        #: Per endpoint: (when asked, epoch seconds; latency, or None).
+        self.latencies: dict[str, list[tuple[float, float | None]]] = {p: [] for p in ENDPOINTS}
         self.in_flight: list[float] = []
         self.running = True
 
@@ -106,7 +108,8 @@ class Prober:
             while self.running:
                 began = time.monotonic()
                 for path in ENDPOINTS:
-                    self.latencies[path].append(await self._ask(session, path))
+                    asked = time.time()
+                    self.latencies[path].append((asked, await self._ask(session, path)))
                 if rounds % METRICS_EVERY == 0:
                     await self._gauge(session)
                 rounds += 1
@@ -128,9 +131,11 @@ class Prober:
                     if line.startswith("ecron_executions_in_flight "):
                         self.in_flight.append(float(line.split()[1]))
 
-    def figures(self) -> dict[str, Any]:
+    def figures(self, start: float, end: float) -> dict[str, Any]:
+        """The answers to the requests asked in [start, end), per endpoint."""
         result: dict[str, Any] = {}
-        for path, values in self.latencies.items():
+        for path, asked in self.latencies.items():
+            values = [latency for at, latency in asked if start <= at < end]
             answered = [v * 1000 for v in values if v is not None]
             result[path] = {
                 "asked": len(values),
@@ -260,7 +265,8 @@ async def run_level(
         tasks=tasks,
         capacity_per_s=capacity,
         rss_mib_peak=round(peak.peak / 2**20, 1),
-        api=prober.figures(),
+        api=prober.figures(start, dropped),
+        api_after_drop=prober.figures(dropped, dropped + args.recovery),
         recovery=recovery_figures(records, dropped, dropped + args.recovery, after),
         **window_figures(records, start, start + args.duration, tasks * args.duration),
     )
@@ -343,6 +349,11 @@ def report(args: Any, figures: dict[str, Any]) -> None:
     ]
     rows += [(f"{path} p99 / max, ms", api[path]["p99_ms"], api[path]["max_ms"]) for path in api]
     rows += [(f"{path} unanswered", api[path]["unanswered"], None) for path in api]
+    after = figures["api_after_drop"]
+    rows += [
+        ("after the drop: p99 / max of the slowest, ms", *slowest(after)),
+        ("after the drop: unanswered", sum(a["unanswered"] for a in after.values()), None),
+    ]
     recovery = figures["recovery"]
     rows += [
         ("recovery: missed", recovery["missed"], None),
@@ -354,6 +365,13 @@ def report(args: Any, figures: dict[str, Any]) -> None:
     )
     table(title, rows, ("value", ""))
     print(f"  rows: {figures['rows']}")
+
+
+def slowest(api: dict[str, Any]) -> tuple[float | None, float | None]:
+    """The highest p99 and the highest maximum among the endpoints, ms."""
+    p99s = [a["p99_ms"] for a in api.values() if a["p99_ms"] is not None]
+    maxes = [a["max_ms"] for a in api.values() if a["max_ms"] is not None]
+    return max(p99s, default=None), max(maxes, default=None)
 
 
 def main(argv: list[str] | None = None) -> None:

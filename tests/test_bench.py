@@ -120,5 +120,6 @@ def test_overload_ramps_the_due_work_and_measures_the_api_memory_and_recovery() 
         assert run["rss_mib_peak"] > 0 and run["rows"], run
         for path, probed in run["api"].items():
             assert probed["asked"] > 0 and probed["unanswered"] == 0, (path, probed)
+        assert all(a["unanswered"] == 0 for a in run["api_after_drop"].values()), run
         assert run["recovery"]["expected"] > 0, run
     assert set(figures["knee"]) == {"max_done_per_s", "at_level", "first_saturated_level"}
