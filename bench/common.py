@@ -173,9 +173,10 @@ class Service:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def running(cls, mode: str, logs: Path) -> AsyncIterator[Service]:
+    async def running(cls, mode: str, logs: Path, delay: float = 0.0) -> AsyncIterator[Service]:
         port = free_port()
         command = [sys.executable, "-m", "bench.service", "--mode", mode, "--port", str(port)]
+        command += ["--delay", str(delay)] if delay else []
         child = Child.start("service", command, SERVICE_CORE, logs, {})
         service = cls(child, f"http://127.0.0.1:{port}")
         try:

@@ -11,9 +11,10 @@ out=bench/results/$label-$database
 mkdir -p bench/results
 if [[ ${SIZES:-all} == target ]]; then
   triggers="2000"; bursts="10000"; polls="10000"; lives="100"; starts="0,1000,10000"
+  overloads="10"
 else
   triggers="200 1000 2000"; bursts="1000 5000 10000"; polls="1000 5000 10000"
-  lives="10 50 100"; starts="0,1000,10000"
+  lives="10 50 100"; starts="0,1000,10000"; overloads="5 10 20"
 fi
 run() { "$python" -m "bench.$1" --database "$database" "${@:2}" | tee -a "$out.log"; }
 for n in $triggers; do run triggers --tasks "$n"; done
@@ -21,4 +22,5 @@ for n in $bursts; do run burst --tasks "$n"; done
 for n in $polls; do run polls --executions "$n"; done
 for n in $lives; do run lifecycle --executions "$n"; done
 run startup --tasks "$starts" --runs 3
+for n in $overloads; do run overload --workers "$n" --levels 1,2,5,10; done
 grep -h '^{"bench": ' "$out.log" >> "$out.jsonl"

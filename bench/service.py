@@ -1,8 +1,9 @@
 """The benchmarks' user service: records what arrives and answers as cheaply as it can.
 
-``python -m bench.service --mode triggers|polls|lifecycle --port P`` (pinned to its own core
-by the benchmark). Task URLs are ``/jobs/{label}``: the label (``ecron``, ``baseline``) keeps
-the records of the two runs of one benchmark apart.
+``python -m bench.service --mode triggers|polls|lifecycle --port P [--delay S]`` (pinned to
+its own core by the benchmark; ``--delay`` holds each trigger's answer back: a slow
+service). Task URLs are ``/jobs/{label}``: the label (``ecron``, ``baseline``) keeps the
+records of the two runs of one benchmark apart.
 
 - ``triggers``: a POST is recorded (arrival time, ``X-Ecron-Task``, ``X-Ecron-Scheduled-At``,
   eid) and answered ``SUCCESS`` at once, so nothing is left to poll.
@@ -17,6 +18,7 @@ Stats live under ``/_stats/...``; ``POST /_mark`` opens a new measuring window f
 from __future__ import annotations
 
 import argparse
+import asyncio
 import time
 from collections import deque
 from typing import Any
@@ -34,8 +36,10 @@ RECENT = 2.5
 class State:
     """Everything the service remembers."""
 
-    def __init__(self, mode: str) -> None:
+    def __init__(self, mode: str, delay: float = 0.0) -> None:
         self.mode = mode
+        #: Seconds each trigger's answer is held back (a slow service).
+        self.delay = delay
         self.clear()
 
     def clear(self) -> None:
@@ -67,6 +71,8 @@ class Handlers:
                 headers.get("X-Ecron-Execution-Id", ""),
             )
         )
+        if state.delay:
+            await asyncio.sleep(state.delay)
         return web.json_response(SUCCESS if state.mode == "triggers" else RUNNING_ZERO)
 
     async def poll(self, request: web.Request) -> web.Response:
@@ -168,8 +174,9 @@ def main() -> None:
     args = argparse.ArgumentParser()
     args.add_argument("--mode", choices=["triggers", "polls", "lifecycle"], required=True)
     args.add_argument("--port", type=int, required=True)
+    args.add_argument("--delay", type=float, default=0.0, help="hold each trigger's answer, s")
     options = args.parse_args()
-    app = make_app(State(options.mode))
+    app = make_app(State(options.mode, options.delay))
 
     web.run_app(app, host="127.0.0.1", port=options.port, print=None, access_log=None, backlog=4096)
 

@@ -96,11 +96,17 @@ class Leases:
 
     # -- claiming -------------------------------------------------------------------------
 
-    async def claim_fires(self, now: datetime, plan: Planner) -> tuple[Claimed, bool]:
+    async def claim_fires(
+        self, now: datetime, plan: Planner, room: int | None = None
+    ) -> tuple[Claimed, bool]:
         """Claim this node's share of the fire times due before ``now + prefetch``; the
         claim, and whether to come back at once: the share was full (more may be due) and
         no other node is alive to take them. With other nodes, the next share waits for
-        the next tick, so that one node awake first does not take every fire time."""
+        the next tick, so that one node awake first does not take every fire time.
+
+        While some task's fire time is already due (late: not claimed ahead), at most
+        ``room`` tasks are claimed: what this node's workers can take up now, so that a
+        node that fell behind takes on no more than it can start (backpressure)."""
         horizon = now + self.settings.prefetch
         # A read first: most rounds find nothing due, and then take no write lock.
         due = await self.store.count_due(horizon, None if self.live_nodes > 1 else 1)
@@ -110,6 +116,10 @@ class Leases:
         if self.live_nodes > 1:
             split = due if due <= SMALL_CLAIM else -(-due // self.live_nodes)
             share = min(CLAIM_BATCH, split)
+        if room is not None and room < share and await self.store.count_due(now, 1):
+            share = room
+            if share == 0:
+                return Claimed([], 0, 0), False
         claimed = await self.store.claim_due_fires(horizon, share, plan)
         self.metrics.claims.labels(kind="fire").inc(len(claimed.executions))
         full = claimed.read == share and claimed.advanced > 0

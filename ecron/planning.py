@@ -34,6 +34,7 @@ MAX_FIRES_PER_CLAIM = 100
 #: At most this many missed fire times of one claim get a SKIPPED ``misfire`` record each;
 #: earlier ones are skipped without a row, so a long outage cannot flood the history.
 MISFIRE_RECORDS = 20
+_MILLISECOND = timedelta(milliseconds=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,13 +134,33 @@ def plan_fires(name: str, spec: TaskSpec, next_fire_at: datetime, claim: Claim) 
                 first_on_time, claim.horizon, MAX_FIRES_PER_CLAIM, excluded
             )
             run += on_time
+    taken = None
     if kind is ScheduleKind.AFTER:
-        # Fixed delay: the next fire time is set when the execution ends; if none runs, from now.
+        # Fixed delay: the next fire time is set when the execution ends; if none runs, from
+        # now. One whose key an older execution has (the clock stepped back) moves on by a ms.
         following = None if run else fire_times.next(claim.now, claim.now, excluded)
+        taken = run[-1] + _MILLISECOND if run else None
     executions = [claimed(name, when, claim, spec=spec) for when in run]
     why = "the fire time was found too late (misfire policy)"
     executions += [skipped(name, when, claim, Reason.MISFIRE, why) for when in skip]
-    return FirePlan(next_fire_at=following, executions=executions, excluded=dict(excluded))
+    return FirePlan(
+        next_fire_at=following, executions=executions, excluded=dict(excluded), when_taken=taken
+    )
+
+
+def rewound_fire_time(spec: TaskSpec, stored: datetime | None, now: datetime) -> datetime | None:
+    """Where a task's next fire time goes when the clock has stepped back to ``now``: the
+    first fire time from ``now`` (for ``after``, ``now`` plus the delay), if that is earlier
+    than the ``stored`` one; None when it stays. The fire times in between that ran before
+    the step already have their executions, and the unique key refuses them a second one;
+    the others run as the clock reaches them, instead of the schedule standing still until
+    the clock is back where it was."""
+    if stored is None or not spec.enabled:
+        return None
+    fire_times = spec.fire_times  # calendars and blackouts applied
+    after_now = now if fire_times.schedule.kind is ScheduleKind.AFTER else None
+    first = fire_times.next(after_now, now)
+    return first if first is not None and first < stored else None
 
 
 def claimed(

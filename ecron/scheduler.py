@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Mapping
-from datetime import datetime
+from dataclasses import replace
+from datetime import datetime, timedelta
 
 import structlog
 
 from ecron.bookkeeping import Bookkeeping
-from ecron.clock import Clock
+from ecron.clock import Clock, iso
 from ecron.config.model import DaemonSettings, TaskSpec
 from ecron.core import Execution, Status, apply
 from ecron.executor.runner import Executor
@@ -27,6 +28,7 @@ from ecron.planning import (
     Claim,
     is_late,
     plan_fires,
+    rewound_fire_time,
     start_event,
     start_time,
     to_replace,
@@ -34,6 +36,14 @@ from ecron.planning import (
 from ecron.store.base import DueTask, FirePlan, Gate, Holder, Store
 
 log = structlog.get_logger(__name__)
+
+#: A claim this much earlier than the latest one means the clock stepped back (smaller
+#: corrections are left alone: the fire times they cover are claimed already).
+STEP_BACK = timedelta(seconds=1)
+#: While the oldest due start has waited this long for a worker, the node claims no more
+#: fire times (backpressure): they stay on their tasks, for the misfire policy to decide
+#: when claims resume, or for another node to claim.
+SATURATED = timedelta(seconds=1)
 
 
 class Scheduler:
@@ -65,7 +75,13 @@ class Scheduler:
         self._stopping = False
         #: When the loop last went round, for readiness checks.
         self.last_tick: datetime | None = None
+        #: The latest time a claim was made at: a claim earlier than this by more than
+        #: ``STEP_BACK`` means the clock stepped back.
+        self._latest: datetime | None = None
+        #: True while claims are held back because the executor is behind (``SATURATED``).
+        self.saturated = False
         executor.starter = self.start
+        executor.backlog.on_room = self.wake
         bookkeeping.wake = self.wake
 
     def wake(self) -> None:
@@ -116,6 +132,12 @@ class Scheduler:
     async def claim_fires(self, now: datetime) -> bool:
         """Claim this node's share of the fire times due before ``now + prefetch`` and hand
         them to the executor to start on time; True when the share was full."""
+        if self._latest is not None and now < self._latest - STEP_BACK:
+            await self.rewind(now, self._latest - now)
+            self._latest = now  # the new time is the one to compare with from now on
+        self._latest = now if self._latest is None else max(self._latest, now)
+        if self._held_back(now):
+            return False
         claim = self.claim(now)
 
         def plan(due: DueTask) -> FirePlan | None:
@@ -124,7 +146,10 @@ class Scheduler:
                 return None  # not this node's config: a node that has it claims it
             return plan_fires(due.name, spec, due.next_fire_at, claim)
 
-        claimed, more = await self.leases.claim_fires(now, plan)
+        room = self.executor.backlog.room()
+        claimed, more = await self.leases.claim_fires(now, plan, room)
+        if claimed.read >= room:  # the room limited it: claim again once there is room
+            self.executor.backlog.call_when_room()
         for name, counts in claimed.excluded.items():
             self.leases.metrics.excluded(name, counts)
         for execution in claimed.executions:
@@ -134,6 +159,38 @@ class Scheduler:
                 spec = self.specs.get(execution.task)
                 self.executor.start_at(execution, start_time(execution, spec))
         return more
+
+    def _held_back(self, now: datetime) -> bool:
+        """True while the executor is more than ``SATURATED`` behind its due starts: no
+        claim now. Logged when it begins and when it ends."""
+        behind = self.executor.backlog.behind(now)
+        saturated = behind > SATURATED
+        if saturated and not self.saturated:
+            log.warning("claims_held_back", behind_seconds=round(behind.total_seconds(), 3))
+        elif self.saturated and not saturated:
+            log.info("claims_resumed")
+        self.saturated = saturated
+        return saturated
+
+    async def rewind(self, now: datetime, step: timedelta) -> None:
+        """The clock stepped back by ``step``: bring the next fire time of every task that
+        this node knows back to its first one from ``now`` where that is earlier (see
+        ``planning.rewound_fire_time``), so that schedules go on from the new time."""
+        moves = {}
+        for task in await self.store.list_tasks():
+            spec = self.specs.get(task.name)
+            if spec is None or task.paused:
+                continue
+            new = rewound_fire_time(spec, task.next_fire_at, now)
+            if new is not None and task.next_fire_at is not None:
+                moves[task.name] = (task.next_fire_at, new)
+        await self.store.rewind_fire_times(moves)
+        log.warning(
+            "clock_stepped_back",
+            step_seconds=round(step.total_seconds(), 3),
+            now=iso(now),
+            tasks_rewound=len(moves),
+        )
 
     async def start(self, executions: list[Execution]) -> list[Execution]:
         """Decide, in one transaction, whether each claimed execution starts now (see
@@ -151,7 +208,7 @@ class Scheduler:
             for execution in ordered:
                 gate = gates[execution.task]
                 mine = starting.setdefault(execution.task, [])
-                gate = Gate(gate.paused, gate.paused_reason, gate.retired, (*gate.active, *mine))
+                gate = replace(gate, active=(*gate.active, *mine))  # its ``later`` kept
                 event = start_event(execution, self.specs.get(execution.task), gate, now)
                 if event is None:
                     waiting.append((execution, to_replace(execution, gate)))

@@ -100,3 +100,26 @@ def test_startup_times_fresh_and_existing_databases_and_the_bare_app() -> None:
         assert size[state]["runs"] == 1 and size[state]["median_s"] > 0
         assert size[state]["rss_mib"] > 0
     assert figures["baseline"]["median_s"] > 0
+
+
+def test_overload_ramps_the_due_work_and_measures_the_api_memory_and_recovery() -> None:
+    """1x and 5x of a tiny node's capacity (2 workers, a 0.1 s service: 20 fires/s): at
+    each level every probe of the API and the health checks answered, nothing was triggered
+    twice, fires were done, RSS and the rows by outcome were read, the recovery after the
+    service speeds up was measured, and the knee is reported."""
+    figures = run_bench(
+        "overload",
+        *("--levels", "1,5", "--workers", "2", "--delay", "0.1"),
+        *("--duration", "1", "--warmup", "0.5", "--settle", "0.5", "--recovery", "2"),
+    )
+    levels = [figures["baseline"], *figures["ecron"]]
+    assert [run["level"] for run in levels] == [1.0, 5.0]
+    for run in levels:
+        assert run["due_per_s"] == run["level"] * 20, run
+        assert run["done_per_s"] > 0 and run["duplicates"] == 0, run
+        assert run["rss_mib_peak"] > 0 and run["rows"], run
+        for path, probed in run["api"].items():
+            assert probed["asked"] > 0 and probed["unanswered"] == 0, (path, probed)
+        assert all(a["unanswered"] == 0 for a in run["api_after_drop"].values()), run
+        assert run["recovery"]["expected"] > 0, run
+    assert set(figures["knee"]) == {"max_done_per_s", "at_level", "first_saturated_level"}

@@ -33,6 +33,7 @@ from ecron.core import (
 )
 from ecron.core.status import Channel
 from ecron.errors import Conflict, NotFound
+from ecron.executor.backlog import StartBacklog
 from ecron.executor.calls import Calls, UnknownTask
 from ecron.executor.held import Held
 from ecron.executor.http import HttpCaller
@@ -127,7 +128,8 @@ class Executor:
         self._plans: dict[str, tuple[int, _Job | None]] = {}
         self._seq = itertools.count()
         self._queue: asyncio.Queue[tuple[_Job, str]] = asyncio.Queue(maxsize=workers * 2)
-        self._due_starts: asyncio.Queue[list[str]] = asyncio.Queue()
+        #: Due starts waiting to be decided and handed to a worker (up to twice the queue).
+        self.backlog = StartBacklog(2 * self._queue.maxsize)
         self._wake = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()
         self._lateness = self.metrics.poll_lateness
@@ -299,7 +301,7 @@ class Executor:
             now = self.clock.now()
             starts = self._pop(self._starts, now)
             if starts:
-                self._due_starts.put_nowait([eid for eid, _, _ in starts])
+                self.backlog.add(starts[0][2], [eid for eid, _, _ in starts])
             for eid, job, due in self._pop(self._calls, now + DISPATCH_WINDOW):
                 assert job is not None
                 if self._queue.full():  # every worker busy: wait for one (and the time moves)
@@ -329,23 +331,27 @@ class Executor:
     async def _start_due(self) -> None:
         """Start the claimed executions that fell due, many in one decision."""
         while not self._stopping:
-            eids = await self._due_starts.get()
-            while not self._due_starts.empty():
-                eids += self._due_starts.get_nowait()
+            eids = await self.backlog.take()
             claimed = [
                 e for eid in eids if (e := self.held.get(eid)) and e.status is Status.SCHEDULED
             ]
             if self.starter is None:
+                self.backlog.done()
                 continue
-            # In slices: the first triggers leave while the next slice is being decided.
+            # In slices no larger than the workers' queue: the first triggers leave while
+            # the next slice is decided, and no start is decided long before a worker can
+            # send its trigger (the rest wait, claimed, for the misfire rules to see).
+            size = min(START_SLICE, self._queue.maxsize)
             self._starting = True
             try:
-                for first in range(0, len(claimed), START_SLICE):
+                for first in range(0, len(claimed), size):
                     if self._stopping:
                         break  # what is left stays claimed: released, another node starts it
-                    await self._start_slice(claimed[first : first + START_SLICE])
+                    await self._start_slice(claimed[first : first + size])
+                    self.backlog.handed(size, self.clock.now())
             finally:
                 self._starting = False
+                self.backlog.done()
 
     async def _start_slice(self, claimed: list[Execution]) -> None:
         assert self.starter is not None

@@ -58,13 +58,18 @@ class FirePlan:
 
     ``executions`` are inserted (SCHEDULED ones claimed by the calling node, SKIPPED ones
     as a record); a fire time that already has an execution is left alone.
-    ``next_fire_at`` replaces the task's fire time.
+    ``next_fire_at`` replaces the task's fire time; ``when_taken`` replaces it instead when
+    the plan runs a fire time and every execution of the plan is refused for a key that is
+    taken (an ``after`` task, whose next fire time waits for an execution that will now
+    never exist: the clock stepped back onto an older fire time).
     """
 
     next_fire_at: datetime | None
     executions: Sequence[Execution] = ()
     #: Fire times its calendar or blackouts planned out, by reason (``calendar``, ``blackout``).
     excluded: Mapping[str, int] = field(default_factory=dict)
+    #: The next fire time of an ``after`` task if every execution's key was taken already.
+    when_taken: datetime | None = None
 
 
 #: Decides a due task's fate inside the claim transaction; None leaves the task alone (this
@@ -184,6 +189,12 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def next_fire_time(self) -> datetime | None:
         """The earliest ``next_fire_at`` of any task that can fire (for the scheduler's sleep)."""
+
+    @abc.abstractmethod
+    async def rewind_fire_times(self, moves: Mapping[str, tuple[datetime, datetime]]) -> None:
+        """Move each named task's next fire time from ``old`` to ``new`` (``moves[name] ==
+        (old, new)``) where it still is ``old``: a compare-and-set, so a claim that moved
+        it meanwhile wins (the clock stepped back; see ``planning.rewound_fire_time``)."""
 
     @abc.abstractmethod
     async def count_due(self, horizon: datetime, limit: int | None = None) -> int:

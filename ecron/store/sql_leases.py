@@ -18,7 +18,16 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ecron.core import ACTIVE, HELD, Execution, Status, TriggerKind
-from ecron.store.base import Claimed, Decider, DueTask, Gate, Holder, Planner, Written
+from ecron.store.base import (
+    Claimed,
+    Decider,
+    DueTask,
+    FirePlan,
+    Gate,
+    Holder,
+    Planner,
+    Written,
+)
 from ecron.store.bulk import Batch, Kind
 from ecron.store.engine import Dialect, Engines
 from ecron.store.retry import retried, retrying
@@ -98,6 +107,8 @@ class LeaseOperations:
                 await self._advances.update(conn, moves, returning="name")
             planned = [e for _, decided in advanced for e in decided.executions]
             inserted = await self._insert_executions(conn, planned)
+            if taken := _all_taken(advanced, {e.eid for e in inserted}):
+                await self._advances.update(conn, taken, returning="name")
         excluded = {task.name: p.excluded for task, p in advanced if p.excluded}
         return Claimed(inserted, read=len(due), advanced=len(advanced), excluded=excluded)
 
@@ -285,6 +296,20 @@ class LeaseOperations:
                 return []
             query = sa.select(execution_table).where(execution_table.c.eid.in_(done))
             return await self._read_executions(conn, query)
+
+
+def _all_taken(
+    advanced: Sequence[tuple[DueTask, FirePlan]], inserted: Collection[str]
+) -> list[dict[str, Any]]:
+    """The fire-time moves of the plans with a ``when_taken`` whose executions were all
+    refused (their keys were taken)."""
+    return [
+        {"name": task.name, "next_fire_at": plan.when_taken}
+        for task, plan in advanced
+        if plan.when_taken is not None
+        and plan.executions
+        and not any(e.eid in inserted for e in plan.executions)
+    ]
 
 
 def _own_active(gates: dict[str, Gate], writes: Sequence[tuple[Execution, Execution]]) -> set[str]:

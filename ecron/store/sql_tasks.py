@@ -113,6 +113,23 @@ class TaskOperations:
             value: datetime | None = (await conn.execute(query)).scalar()
         return value
 
+    @retried("rewind_fire_times")
+    async def rewind_fire_times(self, moves: Mapping[str, tuple[datetime, datetime]]) -> None:
+        if not moves:
+            return
+        kind = task_table.c.next_fire_at.type
+        update = (
+            sa.update(task_table)
+            .where(
+                task_table.c.name == sa.bindparam("task"),
+                task_table.c.next_fire_at == sa.bindparam("old", type_=kind),
+            )
+            .values(next_fire_at=sa.bindparam("new", type_=kind), version=task_table.c.version + 1)
+        )
+        rows = [{"task": name, "old": old, "new": new} for name, (old, new) in moves.items()]
+        async with self.engines.write() as conn:
+            await conn.execute(update, rows)
+
     @retried("task_finished")
     async def task_finished(
         self,

@@ -145,15 +145,23 @@ class Rig:
 
 
 @asynccontextmanager
-async def rig(database_url: str, specs: list[TaskSpec], now: datetime) -> AsyncIterator[Rig]:
+async def rig(
+    database_url: str,
+    specs: list[TaskSpec],
+    now: datetime,
+    *,
+    node_id: str = "n1",
+    prefetch: timedelta = timedelta(0),
+) -> AsyncIterator[Rig]:
     """A rig on a migrated database, with the workers running. Starts are not timed by the
-    executor's clock here: the test says when (``tick``, ``start_due``)."""
+    executor's clock here: the test says when (``tick``, ``start_due``). Two rigs on one
+    database, with different ``node_id``s, are two nodes of a cluster."""
     store = SqlStore.open(database_url)
     await upgrade(store.engines)
     clock = FakeClock(now)
     by_name = {spec.name: spec for spec in specs}
     await store.sync_tasks(by_name, FirstFireTimes(now))
-    settings = DaemonSettings(database=database_url, prefetch=timedelta(0), poll_workers=4)
+    settings = DaemonSettings(database=database_url, prefetch=prefetch, poll_workers=4)
     session = aiohttp.ClientSession()
     caller = HttpCaller(session, public_url=None, callback_secret="test", clock=clock)
     parts = Parts.build(
@@ -162,7 +170,7 @@ async def rig(database_url: str, specs: list[TaskSpec], now: datetime) -> AsyncI
         caller=caller,
         clock=clock,
         settings=settings,
-        node_id="n1",
+        node_id=node_id,
         specs=by_name,
     )
     parts.executor.starter = None  # the test starts what is due (start_due)
