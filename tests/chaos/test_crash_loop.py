@@ -9,30 +9,13 @@ fences and versions only grew, and no final row changed, across every snapshot t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.chaos.driver import KILLS, chaos_seed, counts, crash_loop, problems
-from tests.chaos.launcher import warm_up
-from tests.support.postgres import PostgresServer
 
 pytestmark = [pytest.mark.slow]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def warm_forkserver() -> None:
-    """The forkserver that the nodes are forked from, with ecron imported once."""
-    warm_up()
-
-
-@pytest.fixture
-def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
-    """A fresh, migrated PostgreSQL database for the nodes of one test."""
-    url = postgres_server.new_database()
-    yield url
-    postgres_server.drop_database(url)
 
 
 def _assert_all_held(run_problems: dict[str, list[str]], summary: str, logs: str) -> None:
