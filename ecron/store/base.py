@@ -308,7 +308,9 @@ class Store(abc.ABC):
         ones. Without ``skip``, only other nodes' expired leases count (the frequent case);
         with it, ``node``'s own expired ones too, except the eids in ``skip`` (those it
         still drives). Owner becomes ``node``, the fence is raised, the lease runs until
-        ``lease_for(execution)``. Oldest lease first."""
+        ``lease_for(execution)``, called once per execution inside the transaction (so that
+        it can count from the write, however late the transaction lands). Oldest lease
+        first."""
 
     @abc.abstractmethod
     async def renew_leases(self, node: str, eids: Sequence[str], lease_until: datetime) -> set[str]:

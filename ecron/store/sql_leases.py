@@ -216,13 +216,14 @@ class LeaseOperations:
             found = found[:limit]
             if not found:
                 return []
-            rows = [{"eid": e.eid, "lease_until": lease_for(e), "owner": node} for e in found]
+            leases = {e.eid: lease_for(e) for e in found}
+            rows = [{"eid": e.eid, "lease_until": leases[e.eid], "owner": node} for e in found]
             # the rows were read (and locked, on PostgreSQL) in this transaction: still free
             taken = await self._takes.update(conn, rows, returning="eid")
         return [
             execution.evolve(
                 owner=node,
-                lease_until=lease_for(execution),
+                lease_until=leases[execution.eid],
                 fence=execution.fence + 1,
                 version=execution.version + 1,
             )
