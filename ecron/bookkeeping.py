@@ -17,7 +17,7 @@ import structlog
 
 from ecron.clock import Clock
 from ecron.config.model import DaemonSettings, TaskSpec
-from ecron.core import Execution, Status
+from ecron.core import Execution, Reason, Status
 from ecron.executor.runner import Executor
 from ecron.leases import CLAIM_GRACE
 from ecron.notify import Notifier
@@ -85,7 +85,12 @@ class Bookkeeping:
     async def finished(self, execution: Execution) -> None:
         """An execution ended: see the module docstring."""
         spec = self.specs.get(execution.task)
-        if execution.status is Status.SKIPPED or execution.finished_at is None or spec is None:
+        if execution.finished_at is None or spec is None:
+            return
+        if execution.status is Status.SKIPPED:
+            if execution.reason is Reason.MISFIRE and _after(spec):
+                # Found too late at its start: no execution ends to set the next fire time.
+                await self._restart_after(execution.task, spec, execution.finished_at)
             return
         fixed = spec.fire_schedule.kind is not ScheduleKind.AFTER
         if execution.status is Status.SUCCESS and fixed:
@@ -196,6 +201,65 @@ class Bookkeeping:
             state = await self.store.get_task(state.name)
         return state
 
+    async def stalled_after_tasks(self, now: datetime) -> int:
+        """Book the last end of each ``after`` task left without a next fire time, once the
+        end is older than ``lease_ttl`` (its own node would have booked it by then); how
+        many. Such a task would never fire again: the node that wrote the end died, or lost
+        the database, before recording it on the task."""
+        names = [name for name, spec in self.specs.items() if _after(spec)]
+        if not names:
+            return 0
+        settled = now - self.settings.lease_ttl
+        stalled = [
+            t.name
+            for t in await self.store.list_tasks()
+            if t.name in names and t.next_fire_at is None and not t.paused
+        ]
+        last = await self.store.last_executions(stalled)
+        restarted = 0
+        for name in stalled:
+            execution = last.get(name)
+            if execution is not None and (
+                execution.finished_at is None or execution.finished_at > settled
+            ):
+                continue  # still running, or ended so recently that its node may be booking it
+            if await self._held(name):
+                continue  # an execution claimed ahead, or a retry waiting: its end sets it
+            log.warning(
+                "after_task_restarted",
+                task=name,
+                execution_id=None if execution is None else execution.eid,
+                reason="its last end was never recorded on the task",
+            )
+            if execution is None or execution.status is Status.SKIPPED:
+                ended = now if execution is None else execution.finished_at or now
+                await self._restart_after(name, self.specs[name], ended)
+            else:
+                await self.finished(execution)  # everything its own node did not do
+            restarted += 1
+        return restarted
+
+    async def _held(self, name: str) -> bool:
+        """True while the task has an active execution or one claimed ahead (SCHEDULED)."""
+        if await self.store.active_executions(name):
+            return True
+        claimed = await self.store.list_executions(task=name, status=Status.SCHEDULED, limit=1)
+        return bool(claimed.items)
+
+    async def _restart_after(self, name: str, spec: TaskSpec, ended: datetime) -> None:
+        """Give an ``after`` task that has none a next fire time, ``after`` from now (when
+        nothing active will end and set it)."""
+        task = await self.store.get_task(name)
+        if task is None or task.paused or task.next_fire_at is not None:
+            return
+        if await self.store.active_executions(name):
+            return  # its end will set the next fire time
+        now = self.clock.now()
+        following = next_fire_time(spec.fire_schedule, now, now)
+        await self.store.task_finished(name, ended, None, following)
+        if following is not None:
+            self.wake()
+
     def chain_exhausted(self, execution: Execution, why: str) -> None:
         """An interrupted execution will not be resumed any more: say so, and alert."""
         log.warning(
@@ -231,3 +295,8 @@ class Bookkeeping:
 
 def _nothing() -> None:
     """Nobody to wake (yet)."""
+
+
+def _after(spec: TaskSpec) -> bool:
+    """True for an enabled task on a fixed-delay (``after``) schedule."""
+    return spec.enabled and spec.fire_schedule.kind is ScheduleKind.AFTER

@@ -1,7 +1,8 @@
 """The patrol: periodic housekeeping under the cluster-wide lock (DESIGN.md, "Patrol").
 
 Every ``patrol_interval`` one node (whichever holds the lock) runs each job in turn:
-automatic resume of interrupted executions, stale detection, and history retention.
+automatic resume of interrupted executions, stale detection, history retention, and the
+follow-ups of ends whose book-keeping a node's death cut off.
 The jobs are isolated: one that raises is logged and the others, and the scheduler,
 go on.
 """
@@ -65,6 +66,7 @@ class Patrol:
             "resume": self.auto_resume,
             "stale": self.stale,
             "retention": self.retention,
+            "follow_ups": self.follow_ups,
         }
         self._stopping = asyncio.Event()
         #: When the patrol last went round, and what each job did then.
@@ -165,6 +167,11 @@ class Patrol:
             )
             self.executor.adopt(execution)
         return len(taken)
+
+    async def follow_ups(self, now: datetime) -> int:
+        """What a node's death cut off after an end: ``after`` tasks left without a next
+        fire time get one (see ``Bookkeeping.stalled_after_tasks``)."""
+        return await self.bookkeeping.stalled_after_tasks(now)
 
     async def retention(self, now: datetime) -> int:
         """Delete final executions older than ``history_retention``, in bounded batches."""
