@@ -4,20 +4,22 @@
 
 A success of a task on a fixed schedule changes only the task's count of failures (back to
 0) and its last end: those are written for many tasks at once, within ``SUCCESS_LINGER``.
-Everything else is written before ``finished`` returns.
+Everything else is written before ``finished`` returns. A retry is planned before the end
+is written (``with_end``) and inserted in the end's own transaction: an end whose node
+dies right after it still has its retry.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 import structlog
 
 from ecron.clock import Clock
 from ecron.config.model import DaemonSettings, TaskSpec
-from ecron.core import Execution, Reason, Status
+from ecron.core import Execution, Reason, Status, TriggerKind
 from ecron.executor.runner import Executor
 from ecron.leases import CLAIM_GRACE
 from ecron.notify import Notifier
@@ -82,8 +84,23 @@ class Bookkeeping:
             lease_ttl=self.settings.lease_ttl,
         )
 
-    async def finished(self, execution: Execution) -> None:
-        """An execution ended: see the module docstring."""
+    async def with_end(self, execution: Execution) -> list[Execution]:
+        """What is written in the transaction of ``execution``'s end: its retry, when one
+        is due. Planned before the end is written, so that a node that dies (or loses the
+        database) right after the end cannot lose the retry; ``finished`` then holds it."""
+        spec = self.specs.get(execution.task)
+        claim = self.claim(self.clock.now())
+        if spec is None or plan_retry(execution, spec, claim, None) is None:
+            return []  # no retry whatever the next fire time: no need to read it
+        task = await self.store.get_task(execution.task)
+        retry = plan_retry(execution, spec, claim, task.next_fire_at if task else None)
+        return [] if retry is None else [retry]
+
+    async def finished(
+        self, execution: Execution, written_with: Sequence[Execution] | None = None
+    ) -> None:
+        """An execution ended: see the module docstring. ``written_with``: what ``with_end``
+        planned and was written with the end (None: nothing was planned, plan it now)."""
         spec = self.specs.get(execution.task)
         if execution.finished_at is None or spec is None:
             return
@@ -104,7 +121,7 @@ class Bookkeeping:
         now = self.clock.now()
         task = await self.store.get_task(execution.task)
         paused = task is not None and task.paused
-        retry = await self._retry(execution, spec, task)
+        retry = await self._retry(execution, spec, task, written_with)
         following = None
         if retry is None and not fixed and spec.enabled:
             following = next_fire_time(spec.fire_schedule, execution.finished_at, now)
@@ -142,12 +159,19 @@ class Bookkeeping:
             log.exception("task_successes_not_recorded", tasks=len(ends))
 
     async def _retry(
-        self, execution: Execution, spec: TaskSpec, task: TaskState | None
+        self,
+        execution: Execution,
+        spec: TaskSpec,
+        task: TaskState | None,
+        written_with: Sequence[Execution] | None,
     ) -> Execution | None:
-        plan = plan_retry(
-            execution, spec, self.claim(self.clock.now()), task.next_fire_at if task else None
-        )
-        retry = None if plan is None else await self.store.create_execution(plan)
+        if written_with is not None:  # planned with the end, and in the database with it
+            retry = next((e for e in written_with if e.trigger_kind is TriggerKind.RETRY), None)
+        else:
+            plan = plan_retry(
+                execution, spec, self.claim(self.clock.now()), task.next_fire_at if task else None
+            )
+            retry = None if plan is None else await self.store.create_execution(plan)
         if retry is not None:
             start_at = None if retry.next_poll_at is None else retry.next_poll_at.isoformat()
             log.info(

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from ecron.core import Reason, Status
+from ecron.core import Reason, Status, TriggerKind
 from tests.conftest import task
+from tests.protocol_support import reply
 from tests.support.rig import rig
 from tests.support.service import UserService, wait_for
 
@@ -104,3 +105,64 @@ async def test_the_patrol_leaves_an_after_task_alone_while_its_last_end_may_stil
     assert early is not None and early["follow_ups"] == 0
     assert late is not None and late["follow_ups"] == 1
     assert again is not None and again["follow_ups"] == 0
+
+
+async def test_a_failure_and_its_retry_are_written_together_so_a_death_after_the_end_keeps_it(
+    database_url: str, user_service: UserService
+) -> None:
+    """retry {max_attempts: 1, backoff: 30s}: the execution of fire time T0 fails, and the
+    node dies right after writing the end (its book-keeping never runs). The retry is in the
+    database all the same, written in the end's own transaction: SCHEDULED, attempt 2, the
+    same fire time, due 30 s after the end; once the dead node's claim on it expires it is
+    taken over and runs."""
+    user_service.script["POST"] = [reply(200, {"status": "FAILED", "message": "no"})]
+    user_service.duration = 0
+    spec = task(
+        "a",
+        f"{user_service.url}/jobs/x",
+        schedule={"every": "1h"},
+        retry={"max_attempts": 1, "backoff": "30s"},
+    )
+    async with rig(database_url, [spec], T0) as r:
+        r.parts.recorder.on_finished = None  # the node dies right after the end's write
+        await r.tick(T0)
+        await wait_for(lambda: r.any_status("a", Status.FAILED))
+        found = await r.executions("a")
+    [failed, retry] = found
+    assert (failed.status, failed.attempt) == (Status.FAILED, 1)
+    assert (retry.status, retry.attempt, retry.trigger_kind) == (
+        Status.SCHEDULED,
+        2,
+        TriggerKind.RETRY,
+    )
+    assert retry.scheduled_at == failed.scheduled_at == T0
+    assert failed.finished_at is not None
+    assert retry.next_poll_at == failed.finished_at + timedelta(seconds=30)
+
+
+async def test_a_retry_planned_with_its_end_is_started_once_by_the_node_that_wrote_it(
+    database_url: str, user_service: UserService
+) -> None:
+    """The same failure on a node that lives on: the retry written with the end is the one
+    the node holds and starts at its time (no second retry row), and it ends SUCCESS; the
+    task's count of failures in a row is back to 0."""
+    user_service.script["POST"] = [reply(200, {"status": "FAILED", "message": "no"})]
+    user_service.duration = 0
+    spec = task(
+        "a",
+        f"{user_service.url}/jobs/x",
+        schedule={"every": "1h"},
+        retry={"max_attempts": 1, "backoff": "30s"},
+    )
+    async with rig(database_url, [spec], T0) as r:
+        await r.tick(T0)
+        await wait_for(lambda: r.count_is("a", 2))
+        [_failed, retry] = await r.executions("a")
+        assert retry.next_poll_at is not None
+        await r.start_due(retry.next_poll_at)
+        found = await r.settled("a", 2)
+        state = await r.store.get_task("a")
+    assert [(e.attempt, e.status) for e in found] == [(1, Status.FAILED), (2, Status.SUCCESS)]
+    assert found[1].eid == retry.eid
+    assert [c.method for c in user_service.calls].count("POST") == 2
+    assert state is not None and state.consecutive_failures == 0

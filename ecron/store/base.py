@@ -286,12 +286,18 @@ class Store(abc.ABC):
         the earliest."""
 
     @abc.abstractmethod
-    async def save(self, writes: Sequence[tuple[Execution, Execution]]) -> list[Execution | None]:
+    async def save(
+        self,
+        writes: Sequence[tuple[Execution, Execution]],
+        then_insert: Mapping[str, Sequence[Execution]] | None = None,
+    ) -> list[Execution | None]:
         """Write each ``(before, after)`` pair as a compare-and-set on ``before``'s fence and
         version, in one transaction; the row takes ``after``'s version (higher than
         ``before``'s). An eid appears at most once. The lease (``lease_until``) is written only
-        where ``after`` changes it; the owner and the fence never. Returns, per pair, the
-        stored execution or None when the compare failed."""
+        where ``after`` changes it; the owner and the fence never. ``then_insert`` names, by
+        eid, executions to insert in the same transaction when (and only when) that eid's
+        write lands (an end and its retry: both or neither), as ``create_execution`` does.
+        Returns, per pair, the stored execution or None when the compare failed."""
 
     @abc.abstractmethod
     async def claim_runnable(
