@@ -11,7 +11,7 @@ from tests.chaos.launcher import warm_up
 from tests.support.postgres import PostgresServer
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="session")
 def warm_forkserver() -> None:
     """The forkserver that the nodes are forked from, with ecron imported once."""
     warm_up()

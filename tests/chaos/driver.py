@@ -27,7 +27,14 @@ from tests.chaos.checks import (
     started_checks,
 )
 from tests.chaos.launcher import start_warm_node
-from tests.chaos.workload import EVERY, POLL_INTERVAL, Workload, serve_workload, workload_tasks
+from tests.chaos.workload import (
+    EVERY,
+    POLL_INTERVAL,
+    RETRY_BACKOFF,
+    Workload,
+    serve_workload,
+    workload_tasks,
+)
 from tests.support.cluster import (
     Node,
     clean_up,
@@ -79,6 +86,9 @@ class Run:
     #: The job service's starts, by its log lines and by what it answered.
     job_log_starts: Counter[str] = field(default_factory=Counter)
     job_service_starts: Counter[str] = field(default_factory=Counter)
+    #: The ``after`` task fired again after the last kill; and what the nodes logged.
+    chained_after: bool = False
+    events: Counter[str] = field(default_factory=Counter)
     logs: str = ""
 
 
@@ -174,6 +184,7 @@ async def crash_loop(database_url: str, tmp_path: Path, *, nodes: int, seed: int
             expected = fire_times(EVERY, began + WARM_UP, window_end)
             run.window = (began + WARM_UP, window_end)
             await _wait_all_ended(tables, expected, run.manual)
+            run.chained_after = await _fires_again(tables, "chained", window_end)
             stop.set()
             await snapshotting
             run.exit_codes = list(await asyncio.gather(*(stop_node(node) for node in slots)))
@@ -181,6 +192,7 @@ async def crash_loop(database_url: str, tmp_path: Path, *, nodes: int, seed: int
             run.executions, run.steps = await tables.read()
             run.duplicate_keys = await tables.duplicate_keys()
             run.logs = "\n".join(node.log_tail(15) for node in slots)
+            run.events = Counter(str(e.get("event")) for node in everyone for e in node.events())
             _collect_starts(run, work)
     finally:
         clean_up(everyone)
@@ -219,6 +231,24 @@ async def _settle(tables: Tables, slots: list[Node]) -> float:
     return time.monotonic() - settled
 
 
+async def _fires_again(tables: Tables, task: str, after: datetime) -> bool:
+    """Wait until ``task`` has an execution of a fire time later than ``after`` that ended
+    (an ``after`` task that stopped firing never does); whether it came."""
+
+    async def ended() -> bool:
+        executions, _ = await tables.read()
+        return any(
+            row["task"] == task and row["scheduled_at"] > after and row["status"] in FINAL_NAMES
+            for row in executions.values()
+        )
+
+    try:
+        await wait_for(ended, timeout=SETTLE_TIMEOUT, interval=0.2)
+    except AssertionError:
+        return False
+    return True
+
+
 async def _wait_all_ended(tables: Tables, expected: list[Any], manual: list[str]) -> None:
     left: list[str] = []
 
@@ -255,11 +285,18 @@ def problems(run: Run) -> dict[str, list[str]]:
     assert run.window is not None and run.snapshots is not None
     expected = set(fire_times(EVERY, *run.window))
     report = chains(run.executions)
-    in_window = {fire: rows for fire, rows in report.chains.items() if fire in expected}
+    start, end = run.window
+    in_window = {
+        (task, when): rows
+        for (task, when), rows in report.chains.items()
+        if (task, when) in expected or (task == "chained" and start <= when <= end)
+    }
     chain_problems = [
         p for p in report.problems if any(p.startswith(f"{t}@{iso(w)}") for t, w in in_window)
     ]
     return {
+        "retries lost": _lost_retries(in_window),
+        "after task stopped": [] if run.chained_after else ["chained never fired again"],
         "missing fire times": [f"{t}@{iso(w)}" for t, w in sorted(expected - set(in_window))],
         "chains": chain_problems,
         "duplicate keys": [str(key) for key in run.duplicate_keys],
@@ -280,6 +317,20 @@ def problems(run: Run) -> dict[str, list[str]]:
     }
 
 
+def _lost_retries(in_window: dict[tuple[str, datetime], list[Any]]) -> list[str]:
+    """Fire times of ``flaky`` (every job fails; one retry) whose chain has no retry,
+    although its failure came early enough for the retry to start before the next fire
+    time (the rule that drops a retry): a retry lost."""
+    lost = []
+    for (task, when), rows in in_window.items():
+        if task != "flaky" or len(rows) != 1 or rows[0]["finished_at"] is None:
+            continue
+        retry_at = rows[0]["finished_at"] + timedelta(seconds=RETRY_BACKOFF + 0.5)
+        if retry_at < when + timedelta(seconds=EVERY["flaky"]):
+            lost.append(f"flaky@{iso(when)} failed at {iso(rows[0]['finished_at'])}, no retry")
+    return lost
+
+
 def counts(run: Run) -> str:
     """The counts checked, in one line to quote."""
     assert run.window is not None and run.snapshots is not None
@@ -292,5 +343,8 @@ def counts(run: Run) -> str:
         f"steps={len(run.steps)} statuses={dict(statuses)} manual_runs={len(run.manual)} "
         f"remote_ids_started={sum(per_rid.values())} starts_per_remote_id={dict(per_rid)} "
         f"snapshots={run.snapshots.taken} final_rows_watched={run.snapshots.finals_watched} "
-        f"adopted_after_last_restart={run.adopted_after:.2f}s"
+        f"adopted_after_last_restart={run.adopted_after:.2f}s "
+        f"executions_adopted={run.events['execution_adopted']} "
+        f"after_task_restarted={run.events['after_task_restarted']} "
+        f"retries_planned={run.events['retry_planned']}"
     )

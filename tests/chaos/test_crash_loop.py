@@ -15,7 +15,7 @@ import pytest
 
 from tests.chaos.driver import KILLS, chaos_seed, counts, crash_loop, problems
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("warm_forkserver")]
 
 
 def _assert_all_held(run_problems: dict[str, list[str]], summary: str, logs: str) -> None:

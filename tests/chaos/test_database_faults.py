@@ -42,7 +42,7 @@ from tests.support.cluster import execution, run_now
 from tests.support.postgres import PostgresServer
 from tests.support.service import UserService, wait_for
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("warm_forkserver")]
 
 #: How long PostgreSQL stays stopped; the lease of the node is shorter, so that its leases
 #: lapse during the outage and it must take its own work over again afterwards.

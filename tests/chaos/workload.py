@@ -212,10 +212,16 @@ async def serve_workload(targets: Callable[[], list[str]]) -> AsyncIterator[Work
         yield Workload(user, jobs, pushes, log, job_log, urls)
 
 
+#: The retry backoff of ``flaky``, and the delay of ``chained`` (seconds).
+RETRY_BACKOFF = 0.2
+AFTER_DELAY = 0.5
+
+
 def workload_tasks(urls: dict[str, str]) -> str:
     """The task file: every 1 to 3 s, short and long jobs (the long task under
     ``concurrency: forbid``, so that some fire times are SKIPPED ``overlap``), two steps,
-    callbacks, a job that outlives its 1 s timeout, and one that fails and is retried."""
+    callbacks, a job that outlives its 1 s timeout, one that fails and is retried; and a
+    short job on a fixed delay (``after``), whose next fire time only an end sets."""
     user, jobs, pushes = urls["user"], urls["jobs"], urls["pushes"]
     poll = f"{int(POLL_INTERVAL * 1000)}ms"
     return f"""\
@@ -255,8 +261,12 @@ tasks:
     url: {jobs}/jobs/flaky
     body: {{duration: 0.3, fail: true}}
     poll_interval: 100ms
-    retry: {{max_attempts: 1, backoff: 200ms}}
+    retry: {{max_attempts: 1, backoff: {int(RETRY_BACKOFF * 1000)}ms}}
     concurrency: allow
+  - name: chained
+    schedule: {{after: {int(AFTER_DELAY * 1000)}ms}}
+    url: {user}/jobs/short
+    poll_interval: 100ms
 """
 
 
