@@ -325,7 +325,9 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def release_leases(self, node: str, eids: Sequence[str]) -> None:
-        """Give up ``node``'s leases so another node can adopt them at once."""
+        """Give up ``node``'s leases so another node can adopt them at once. Only rows still
+        held (SCHEDULED, PENDING, RUNNING) are released: one that ended meanwhile (a
+        callback, another node) is never touched again."""
 
     @abc.abstractmethod
     async def resumes_of(self, eids: Sequence[str]) -> dict[str, str]:

@@ -258,6 +258,8 @@ class LeaseOperations:
                     .where(
                         execution_table.c.eid.in_(eids[start : start + _CHUNK]),
                         execution_table.c.owner == node,
+                        # one another node (or a callback) ended meanwhile stays as it ended
+                        execution_table.c.status.in_(_HELD),
                     )
                     .values(owner=None, lease_until=None, version=execution_table.c.version + 1)
                 )
