@@ -89,6 +89,8 @@ class Run:
     #: The ``after`` task fired again after the last kill; and what the nodes logged.
     chained_after: bool = False
     events: Counter[str] = field(default_factory=Counter)
+    #: Seconds from the first kill's wait to the end of each phase.
+    phases: dict[str, float] = field(default_factory=dict)
     logs: str = ""
 
 
@@ -178,16 +180,20 @@ async def crash_loop(database_url: str, tmp_path: Path, *, nodes: int, seed: int
                 run.kills.append(round(time.monotonic() - started, 2))
                 slots[slot] = start(f"node{slot}-{kill + 1}")
             window_end = datetime.now(UTC)
+            run.phases["kills"] = time.monotonic() - started
             manual.cancel()
             await asyncio.gather(*(wait_ready(node) for node in slots))
             run.adopted_after = await _settle(tables, slots)
             expected = fire_times(EVERY, began + WARM_UP, window_end)
             run.window = (began + WARM_UP, window_end)
+            run.phases["settled"] = time.monotonic() - started
             await _wait_all_ended(tables, expected, run.manual)
             run.chained_after = await _fires_again(tables, "chained", window_end)
+            run.phases["ended"] = time.monotonic() - started
             stop.set()
             await snapshotting
             run.exit_codes = list(await asyncio.gather(*(stop_node(node) for node in slots)))
+            run.phases["stopped"] = time.monotonic() - started
             await run.snapshots.take()  # after the clean stops: final rows still unchanged
             run.executions, run.steps = await tables.read()
             run.duplicate_keys = await tables.duplicate_keys()
@@ -336,15 +342,22 @@ def counts(run: Run) -> str:
     assert run.window is not None and run.snapshots is not None
     expected = fire_times(EVERY, *run.window)
     statuses = Counter(row["status"] for row in run.executions.values())
+    not_success = Counter(
+        f"{row['task']}:{row['status']}:{row['reason']}"
+        for row in run.executions.values()
+        if row["status"] in FINAL_NAMES - {"SUCCESS"}
+    )
     per_rid = Counter(run.starts.values())
     return (
         f"seed={run.seed} nodes={run.nodes} kills={len(run.kills)} (at {run.kills} s) "
         f"fire_times_in_window={len(expected)} executions={len(run.executions)} "
-        f"steps={len(run.steps)} statuses={dict(statuses)} manual_runs={len(run.manual)} "
+        f"steps={len(run.steps)} statuses={dict(statuses)} ends_not_success={dict(not_success)} "
+        f"manual_runs={len(run.manual)} "
         f"remote_ids_started={sum(per_rid.values())} starts_per_remote_id={dict(per_rid)} "
         f"snapshots={run.snapshots.taken} final_rows_watched={run.snapshots.finals_watched} "
         f"adopted_after_last_restart={run.adopted_after:.2f}s "
         f"executions_adopted={run.events['execution_adopted']} "
         f"after_task_restarted={run.events['after_task_restarted']} "
-        f"retries_planned={run.events['retry_planned']}"
+        f"retries_planned={run.events['retry_planned']} "
+        f"phases_s={ {k: round(v, 1) for k, v in run.phases.items()} }"
     )

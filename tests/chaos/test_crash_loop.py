@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("warm_forkserver")]
 
 def _assert_all_held(run_problems: dict[str, list[str]], summary: str, logs: str) -> None:
     broken = {check: found[:10] for check, found in run_problems.items() if found}
-    assert broken == {}, f"{summary}\n{broken}\n{logs}"
+    assert broken == {}, f"{broken}\n{summary}\n{logs}"
 
 
 async def test_one_sqlite_node_killed_20_times_runs_every_fire_time_once_and_loses_nothing(
