@@ -4,14 +4,16 @@
 
 A success of a task on a fixed schedule changes only the task's count of failures (back to
 0) and its last end: those are written for many tasks at once, within ``SUCCESS_LINGER``.
-Everything else is written before ``finished`` returns.
+Everything else is written before ``finished`` returns. A retry is planned before the end
+is written (``with_end``) and inserted in the end's own transaction: an end whose node
+dies right after it still has its retry.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 import structlog
@@ -19,7 +21,7 @@ import structlog
 from ecron.chains import Chains
 from ecron.clock import Clock
 from ecron.config.model import DaemonSettings, TaskSpec
-from ecron.core import Execution, Reason, Status
+from ecron.core import Execution, Reason, Status, TriggerKind
 from ecron.executor.runner import Executor
 from ecron.leases import CLAIM_GRACE
 from ecron.notify import Notifier
@@ -95,11 +97,26 @@ class Bookkeeping:
             lease_ttl=self.settings.lease_ttl,
         )
 
-    async def finished(self, execution: Execution) -> None:
-        """An execution ended: see the module docstring."""
+    async def with_end(self, execution: Execution) -> list[Execution]:
+        """What is written in the transaction of ``execution``'s end: its retry, when one
+        is due. Planned before the end is written, so that a node that dies (or loses the
+        database) right after the end cannot lose the retry; ``finished`` then holds it."""
+        spec = self.specs.get(execution.task)
+        claim = self.claim(self.clock.now())
+        if spec is None or plan_retry(execution, spec, claim, None) is None:
+            return []  # no retry whatever the next fire time: no need to read it
+        task = await self.store.get_task(execution.task)
+        retry = plan_retry(execution, spec, claim, task.next_fire_at if task else None)
+        return [] if retry is None else [retry]
+
+    async def finished(
+        self, execution: Execution, written_with: Sequence[Execution] | None = None
+    ) -> None:
+        """An execution ended: see the module docstring. ``written_with``: what ``with_end``
+        planned and was written with the end (None: nothing was planned, plan it now)."""
         spec = self.specs.get(execution.task)
         if execution.status is Status.SKIPPED:
-            self._skipped(execution)
+            await self._skipped(execution, spec)
             return
         if execution.finished_at is None or spec is None:
             return
@@ -120,7 +137,7 @@ class Bookkeeping:
         now = self.clock.now()
         task = await self.store.get_task(execution.task)
         paused = task is not None and task.paused
-        retry = await self._retry(execution, spec, task)
+        retry = await self._retry(execution, spec, task, written_with)
         following = None
         if retry is None and not fixed and spec.enabled:
             excluded: Counter[str] = Counter()
@@ -160,8 +177,10 @@ class Bookkeeping:
             self._stamp.add(task)
             self._stamped[task] = at
 
-    def _skipped(self, execution: Execution) -> None:
-        """A fire time SKIPPED for overlap or misfire: the alert ``fire_skipped``."""
+    async def _skipped(self, execution: Execution, spec: TaskSpec | None) -> None:
+        """A fire time SKIPPED for overlap or misfire: the alert ``fire_skipped``; and an
+        ``after`` task's found too late at its start gets its next fire time (no end of an
+        execution will set it)."""
         if execution.reason in (Reason.OVERLAP, Reason.MISFIRE):
             self.alert(
                 "fire_skipped",
@@ -169,6 +188,10 @@ class Bookkeeping:
                 reason=str(execution.reason),
                 execution=execution_snapshot(execution),
             )
+        ended = execution.finished_at
+        late = execution.reason is Reason.MISFIRE
+        if late and spec is not None and ended is not None and _after(spec):
+            await self._restart_after(execution.task, spec, ended)
 
     async def close(self) -> None:
         """Record what is waiting, now (the daemon stops)."""
@@ -192,12 +215,19 @@ class Bookkeeping:
             log.exception("task_successes_not_recorded", tasks=len(ends))
 
     async def _retry(
-        self, execution: Execution, spec: TaskSpec, task: TaskState | None
+        self,
+        execution: Execution,
+        spec: TaskSpec,
+        task: TaskState | None,
+        written_with: Sequence[Execution] | None,
     ) -> Execution | None:
-        plan = plan_retry(
-            execution, spec, self.claim(self.clock.now()), task.next_fire_at if task else None
-        )
-        retry = None if plan is None else await self.store.create_execution(plan)
+        if written_with is not None:  # planned with the end, and in the database with it
+            retry = next((e for e in written_with if e.trigger_kind is TriggerKind.RETRY), None)
+        else:
+            plan = plan_retry(
+                execution, spec, self.claim(self.clock.now()), task.next_fire_at if task else None
+            )
+            retry = None if plan is None else await self.store.create_execution(plan)
         if retry is not None:
             start_at = None if retry.next_poll_at is None else retry.next_poll_at.isoformat()
             log.info(
@@ -251,6 +281,65 @@ class Bookkeeping:
             state = await self.store.get_task(state.name)
         return state
 
+    async def stalled_after_tasks(self, now: datetime) -> int:
+        """Book the last end of each ``after`` task left without a next fire time, once the
+        end is older than ``lease_ttl`` (its own node would have booked it by then); how
+        many. Such a task would never fire again: the node that wrote the end died, or lost
+        the database, before recording it on the task."""
+        names = [name for name, spec in self.specs.items() if _after(spec)]
+        if not names:
+            return 0
+        settled = now - self.settings.lease_ttl
+        stalled = [
+            t.name
+            for t in await self.store.list_tasks()
+            if t.name in names and t.next_fire_at is None and not t.paused
+        ]
+        last = await self.store.last_executions(stalled)
+        restarted = 0
+        for name in stalled:
+            execution = last.get(name)
+            if execution is not None and (
+                execution.finished_at is None or execution.finished_at > settled
+            ):
+                continue  # still running, or ended so recently that its node may be booking it
+            if await self._held(name):
+                continue  # an execution claimed ahead, or a retry waiting: its end sets it
+            log.warning(
+                "after_task_restarted",
+                task=name,
+                execution_id=None if execution is None else execution.eid,
+                reason="its last end was never recorded on the task",
+            )
+            if execution is None or execution.status is Status.SKIPPED:
+                ended = now if execution is None else execution.finished_at or now
+                await self._restart_after(name, self.specs[name], ended)
+            else:
+                await self.finished(execution)  # everything its own node did not do
+            restarted += 1
+        return restarted
+
+    async def _held(self, name: str) -> bool:
+        """True while the task has an active execution or one claimed ahead (SCHEDULED)."""
+        if await self.store.active_executions(name):
+            return True
+        claimed = await self.store.list_executions(task=name, status=Status.SCHEDULED, limit=1)
+        return bool(claimed.items)
+
+    async def _restart_after(self, name: str, spec: TaskSpec, ended: datetime) -> None:
+        """Give an ``after`` task that has none a next fire time, ``after`` from now (when
+        nothing active will end and set it)."""
+        task = await self.store.get_task(name)
+        if task is None or task.paused or task.next_fire_at is not None:
+            return
+        if await self.store.active_executions(name):
+            return  # its end will set the next fire time
+        now = self.clock.now()
+        following = spec.fire_times.next(now, now)  # calendars and blackouts applied
+        await self.store.task_finished(name, ended, None, following)
+        if following is not None:
+            self.wake()
+
     def chain_exhausted(self, execution: Execution, why: str) -> None:
         """An interrupted execution will not be resumed any more: say so, and alert."""
         log.warning(
@@ -287,3 +376,8 @@ class Bookkeeping:
 
 def _nothing() -> None:
     """Nobody to wake (yet)."""
+
+
+def _after(spec: TaskSpec) -> bool:
+    """True for an enabled task on a fixed-delay (``after``) schedule."""
+    return spec.enabled and spec.fire_schedule.kind is ScheduleKind.AFTER

@@ -86,8 +86,14 @@ class Leases:
         """The lease of a started execution, from ``now``."""
         return now + self.settings.lease_ttl
 
-    def _lease_for(self, now: datetime) -> Callable[[Execution], datetime]:
+    def _lease_for(self) -> Callable[[Execution], datetime]:
+        """The lease of each execution taken over, counted from when it is written (the
+        clock is read then, inside the transaction): a round's ``now`` may be seconds old by
+        the time its transaction lands (the database was away and it was retried), and a
+        lease counted from it would already be running out."""
+
         def lease(execution: Execution) -> datetime:
+            now = self.clock.now()
             if execution.status is Status.SCHEDULED:
                 return self.claim_until(max(now, self.due_of(execution)))
             return self.full_until(now)
@@ -139,7 +145,7 @@ class Leases:
         taken = await self.store.claim_runnable(
             self.node_id,
             now,
-            self._lease_for(now),
+            self._lease_for(),
             CLAIM_BATCH,
             skip=self.held if own_too else None,
         )
@@ -158,10 +164,13 @@ class Leases:
 
     # -- keeping and letting go -----------------------------------------------------------
 
-    async def renew(self, now: datetime) -> list[str]:
-        """Extend the leases of this node's active executions; the eids it lost."""
+    async def renew(self) -> list[str]:
+        """Extend the leases of this node's active executions, by ``lease_ttl`` from now (the
+        clock read as the renewal leaves, not at the round's start); the eids it lost."""
         held = self.held.active_eids()
-        renewed = await self.store.renew_leases(self.node_id, held, self.full_until(now))
+        renewed = await self.store.renew_leases(
+            self.node_id, held, self.full_until(self.clock.now())
+        )
         lost = [eid for eid in held if eid not in renewed and eid in self.held]
         for eid in lost:
             log.warning("lease_lost", execution_id=eid)
@@ -188,7 +197,7 @@ class Leases:
             try:
                 await self.store.heartbeat(self.node_id, now)
                 self.live_nodes = await self.store.live_nodes(now - self.settings.lease_ttl)
-                lost = await self.renew(now)
+                lost = await self.renew()
             except Exception:
                 log.exception("lease_renewal_failed", leases=len(self.held))
                 if self.clock.now() >= valid_until:

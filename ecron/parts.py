@@ -124,6 +124,7 @@ class Parts:
             notifier=notifier,
         )
         recorder.on_finished = bookkeeping.finished
+        recorder.follow_ups = bookkeeping.with_end
         scheduler = Scheduler(
             store=store,
             executor=executor,

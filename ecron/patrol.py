@@ -2,8 +2,8 @@
 
 Every ``patrol_interval`` one node (whichever holds the lock) runs each job in turn:
 automatic resume of interrupted executions, stale detection, chained runs whose start a
-node's death lost (``Chains.sweep``), overdue tasks (``Overdue.check``), and history
-retention.
+node's death lost (``Chains.sweep``), overdue tasks (``Overdue.check``), history retention,
+and the follow-ups of ends whose book-keeping a node's death cut off.
 The jobs are isolated: one that raises is logged and the others, and the scheduler,
 go on.
 """
@@ -73,6 +73,7 @@ class Patrol:
             "chains": bookkeeping.chains.sweep,
             "overdue": self.overdue.check,
             "retention": self.retention,
+            "follow_ups": self.follow_ups,
         }
         self._stopping = asyncio.Event()
         #: When the patrol last went round, and what each job did then.
@@ -178,6 +179,11 @@ class Patrol:
             )
             self.executor.adopt(execution)
         return len(taken)
+
+    async def follow_ups(self, now: datetime) -> int:
+        """What a node's death cut off after an end: ``after`` tasks left without a next
+        fire time get one (see ``Bookkeeping.stalled_after_tasks``)."""
+        return await self.bookkeeping.stalled_after_tasks(now)
 
     async def retention(self, now: datetime) -> int:
         """Delete final executions older than ``history_retention``, in bounded batches."""

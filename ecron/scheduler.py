@@ -214,8 +214,8 @@ class Scheduler:
                     waiting.append((execution, to_replace(execution, gate)))
                     continue
                 after = apply(execution, event, now).after
-                if after.status is Status.PENDING:
-                    after = after.evolve(lease_until=self.leases.full_until(now))
+                if after.status is Status.PENDING:  # the lease runs from the write
+                    after = after.evolve(lease_until=self.leases.full_until(self.clock.now()))
                     mine.append(
                         Holder(after.eid, after.status, after.scheduled_at, after.trigger_kind)
                     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import sqlalchemy as sa
 
@@ -16,6 +17,7 @@ from ecron.store.sql import SqlStore
 from ecron.store.tables import execution_table
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, run_once
+from tests.support.rig import rig
 from tests.support.service import UserService, wait_for
 
 
@@ -175,3 +177,29 @@ async def test_a_taken_over_running_execution_is_adopted_by_polling(
         execution = await ended(second, eid)
     assert execution.status is Status.SUCCESS
     assert user_service.methods_for(eid).count("POST") == 1
+
+
+async def test_a_takeover_that_commits_late_counts_its_lease_from_the_write_not_from_the_round(
+    tmp_path: Path, user_service: UserService
+) -> None:
+    """The scheduler's round begins at T0, and its takeover of a dead node's RUNNING
+    execution reaches the database 10 s later (the database was away and the transaction
+    was retried meanwhile). The lease it writes runs lease_ttl from the write (T0 + 10 s +
+    lease_ttl), not from the round's start: a lease counted from T0 would be 10 s short,
+    and the execution would be taken over again (by this node or another) while it is
+    driven."""
+    database_url = f"sqlite+aiosqlite:///{tmp_path / 'ecron.db'}"
+    t0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+    spec = task("job", f"{user_service.url}/jobs/x", task_timeout="1h")
+    async with rig(database_url, [spec], t0) as r:
+        orphaned = triggered_by_a_dead_node(new_eid())
+        await r.store.create_execution(
+            orphaned.evolve(status=Status.RUNNING, lease_until=t0 - timedelta(minutes=1))
+        )
+        written_at = r.clock.set(t0 + timedelta(seconds=10))
+        taken = await r.parts.leases.take_over(t0, lambda _task: True)
+        stored = await r.store.get_execution(orphaned.eid)
+    ttl = r.parts.leases.settings.lease_ttl
+    assert [e.eid for e in taken] == [orphaned.eid]
+    assert taken[0].lease_until == written_at + ttl
+    assert stored is not None and stored.lease_until == written_at + ttl

@@ -4,9 +4,11 @@
 ``record`` applies the event with ``core.apply`` (the only code that changes a status),
 writes the result as a compare-and-set on fence and version, and settles a lost compare by
 reading the row again: under a lease that moved on (a higher fence) this node lets go; else
-the same event is applied again to the newer state. Every write that landed then goes
-through ``written``: the newest state is held, a status change is logged, and an execution
-that ended gets its one canonical end line, its metrics and the scheduler's book-keeping.
+the same event is applied again to the newer state. An end carries what must not be lost
+with it (its retry, planned by ``follow_ups``), inserted in the same transaction. Every
+write that landed then goes through ``written``: the newest state is held, a status change
+is logged, and an execution that ended gets its one canonical end line, its metrics and the
+scheduler's book-keeping.
 
 Changes that the rules do not act on (progress, a message, a failed probe, RUNNING after
 the trigger's answer) are written behind (``StateWriter.save_soon``): the path goes on at
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 
 import structlog
@@ -45,7 +47,10 @@ from ecron.store.writer import StateWriter
 
 log = structlog.get_logger(__name__)
 
-Finished = Callable[[Execution], Awaitable[None]]
+#: After an end: the execution, and what was inserted with it (None: nothing was planned).
+Finished = Callable[[Execution, Sequence[Execution] | None], Awaitable[None]]
+#: What to insert in an end's own transaction (a retry), planned from the end.
+FollowUps = Callable[[Execution], Awaitable[Sequence[Execution]]]
 
 #: How many times a lost compare-and-set is retried on fresh state before giving up.
 RECORD_ATTEMPTS = 5
@@ -74,6 +79,9 @@ class Recorder:
         self.node_id = node_id
         #: Called after an execution ended (the scheduler's book-keeping).
         self.on_finished: Finished | None = None
+        #: Plans what is written with an end (its retry), so that a node that dies right
+        #: after the end cannot lose it.
+        self.follow_ups: FollowUps | None = None
         writer.on_lost = self._lost_behind
         self._background: set[asyncio.Task[None]] = set()
         self._series = Series(metrics)
@@ -102,13 +110,16 @@ class Recorder:
             if transition.cancel_due or not transition.changed:
                 return transition, before
             after = transition.after.evolve(version=before.version + 1)
+            follow_ups: Sequence[Execution] | None = None
             if as_owner and not _must_wait(transition, event):
                 self.writer.save_soon(before, after)
                 stored: Execution | None = after
             else:
-                stored = await self.writer.save(before, after)
+                if transition.finished and self.follow_ups is not None:
+                    follow_ups = await self.follow_ups(after)
+                stored = await self.writer.save(before, after, then_insert=follow_ups or ())
             if stored is not None:
-                await self.written(transition, stored)
+                await self.written(transition, stored, follow_ups)
                 return transition, stored
             fresh = await self.store.get_execution(before.eid)
             if fresh is None or (as_owner and fresh.fence != execution.fence):
@@ -131,9 +142,15 @@ class Recorder:
                 continue
             await self.written(Transition(before, after), stored)
 
-    async def written(self, transition: Transition, stored: Execution) -> None:
+    async def written(
+        self,
+        transition: Transition,
+        stored: Execution,
+        follow_ups: Sequence[Execution] | None = None,
+    ) -> None:
         """What follows a change that was written: hold the newest state, log a status
-        change, measure the trigger lag, and end an execution that ended."""
+        change, measure the trigger lag, and end an execution that ended (``follow_ups``:
+        what was inserted with the end, None when nothing was planned with it)."""
         self.held.remember(stored)
         before = transition.before
         if (before.status is not stored.status or before.reason is not stored.reason) and writes(
@@ -154,9 +171,11 @@ class Recorder:
             if lag is not None:
                 self._series.trigger_lag(stored.task, lag)
         if transition.finished:
-            await self.ended(stored)
+            await self.ended(stored, follow_ups)
 
-    async def ended(self, execution: Execution) -> None:
+    async def ended(
+        self, execution: Execution, follow_ups: Sequence[Execution] | None = None
+    ) -> None:
         """The one canonical line of an execution that ended, its metrics and the
         scheduler's book-keeping (also for SKIPPED records written by a claim)."""
         reason = "" if execution.reason is None else execution.reason.value
@@ -184,7 +203,7 @@ class Recorder:
             self._series.duration(execution.task, duration)
         if self.on_finished is not None:
             try:
-                await self.on_finished(execution)
+                await self.on_finished(execution, follow_ups)
             except Exception:
                 log.exception("on_finished_failed", execution_id=execution.eid)
 

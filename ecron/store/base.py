@@ -327,12 +327,18 @@ class Store(abc.ABC):
         the earliest."""
 
     @abc.abstractmethod
-    async def save(self, writes: Sequence[tuple[Execution, Execution]]) -> list[Execution | None]:
+    async def save(
+        self,
+        writes: Sequence[tuple[Execution, Execution]],
+        then_insert: Mapping[str, Sequence[Execution]] | None = None,
+    ) -> list[Execution | None]:
         """Write each ``(before, after)`` pair as a compare-and-set on ``before``'s fence and
         version, in one transaction; the row takes ``after``'s version (higher than
         ``before``'s). An eid appears at most once. The lease (``lease_until``) is written only
-        where ``after`` changes it; the owner and the fence never. Returns, per pair, the
-        stored execution or None when the compare failed."""
+        where ``after`` changes it; the owner and the fence never. ``then_insert`` names, by
+        eid, executions to insert in the same transaction when (and only when) that eid's
+        write lands (an end and its retry: both or neither), as ``create_execution`` does.
+        Returns, per pair, the stored execution or None when the compare failed."""
 
     @abc.abstractmethod
     async def claim_runnable(
@@ -349,7 +355,9 @@ class Store(abc.ABC):
         ones. Without ``skip``, only other nodes' expired leases count (the frequent case);
         with it, ``node``'s own expired ones too, except the eids in ``skip`` (those it
         still drives). Owner becomes ``node``, the fence is raised, the lease runs until
-        ``lease_for(execution)``. Oldest lease first."""
+        ``lease_for(execution)``, called once per execution inside the transaction (so that
+        it can count from the write, however late the transaction lands). Oldest lease
+        first."""
 
     @abc.abstractmethod
     async def renew_leases(self, node: str, eids: Sequence[str], lease_until: datetime) -> set[str]:
@@ -358,7 +366,9 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def release_leases(self, node: str, eids: Sequence[str]) -> None:
-        """Give up ``node``'s leases so another node can adopt them at once."""
+        """Give up ``node``'s leases so another node can adopt them at once. Only rows still
+        held (SCHEDULED, PENDING, RUNNING) are released: one that ended meanwhile (a
+        callback, another node) is never touched again."""
 
     @abc.abstractmethod
     async def resumes_of(self, eids: Sequence[str]) -> dict[str, str]:

@@ -240,12 +240,19 @@ class SqlStore(LeaseOperations, TaskOperations, LookupOperations, ChainOperation
         return steps
 
     @retried("save")
-    async def save(self, writes: Sequence[tuple[Execution, Execution]]) -> list[Execution | None]:
+    async def save(
+        self,
+        writes: Sequence[tuple[Execution, Execution]],
+        then_insert: Mapping[str, Sequence[Execution]] | None = None,
+    ) -> list[Execution | None]:
         async with self.engines.write() as conn:
-            return await self._save(conn, writes)
+            return await self._save(conn, writes, then_insert or {})
 
     async def _save(
-        self, conn: AsyncConnection, writes: Sequence[tuple[Execution, Execution]]
+        self,
+        conn: AsyncConnection,
+        writes: Sequence[tuple[Execution, Execution]],
+        then_insert: Mapping[str, Sequence[Execution]] | None = None,
     ) -> list[Execution | None]:
         """Every write in one statement, each row a compare-and-set (see ``Store.save``)."""
         if not writes:
@@ -263,6 +270,9 @@ class SqlStore(LeaseOperations, TaskOperations, LookupOperations, ChainOperation
             await conn.execute(_STEP_UPDATE, steps)
         if retrying() and len(done) < len(writes):
             done |= await self._written_before(conn, [w for w in writes if w[1].eid not in done])
+        if then_insert:  # after a lost commit, the inserts recognise their own rows too
+            landed = [e for eid, more in then_insert.items() if eid in done for e in more]
+            await self._insert_executions(conn, landed)
         return [after if after.eid in done else None for _, after in writes]
 
     async def _written_before(

@@ -228,13 +228,14 @@ class LeaseOperations:
             found = found[:limit]
             if not found:
                 return []
-            rows = [{"eid": e.eid, "lease_until": lease_for(e), "owner": node} for e in found]
+            leases = {e.eid: lease_for(e) for e in found}
+            rows = [{"eid": e.eid, "lease_until": leases[e.eid], "owner": node} for e in found]
             # the rows were read (and locked, on PostgreSQL) in this transaction: still free
             taken = await self._takes.update(conn, rows, returning="eid")
         return [
             execution.evolve(
                 owner=node,
-                lease_until=lease_for(execution),
+                lease_until=leases[execution.eid],
                 fence=execution.fence + 1,
                 version=execution.version + 1,
             )
@@ -269,6 +270,8 @@ class LeaseOperations:
                     .where(
                         execution_table.c.eid.in_(eids[start : start + _CHUNK]),
                         execution_table.c.owner == node,
+                        # one another node (or a callback) ended meanwhile stays as it ended
+                        execution_table.c.status.in_(_HELD),
                     )
                     .values(owner=None, lease_until=None, version=execution_table.c.version + 1)
                 )

@@ -5,7 +5,8 @@ Two kinds of write come in:
 
 - ``save`` (durable): the caller waits until the row is written (a final status, a
   trigger or cancel about to leave, anything answered to a person). It is flushed at once;
-  writes that arrive while a transaction is in flight go in the next one.
+  writes that arrive while a transaction is in flight go in the next one. It may carry
+  executions to insert in the same transaction if it lands (an end and its retry).
 - ``save_soon`` (write-behind): progress and other changes that alter nothing the rules
   act on. The caller goes on at once; the change lingers up to ``linger`` so that one
   transaction carries many, and several changes of one execution before a flush become
@@ -18,7 +19,7 @@ write still in flight waits for it, and fails without being sent when that one f
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -41,6 +42,8 @@ class _Write:
     before: Execution
     after: Execution
     waiters: list[asyncio.Future[Execution | None]] = field(default_factory=list)
+    #: Executions inserted in the same transaction when this write lands (an end's retry).
+    inserts: list[Execution] = field(default_factory=list)
 
 
 class StateWriter:
@@ -71,11 +74,14 @@ class StateWriter:
         self.transactions = 0
         self.writes = 0
 
-    async def save(self, before: Execution, after: Execution) -> Execution | None:
+    async def save(
+        self, before: Execution, after: Execution, *, then_insert: Sequence[Execution] = ()
+    ) -> Execution | None:
         """Write ``after`` over ``before`` and wait: the stored execution, or None when the
-        compare failed (another writer got there first, or the lease moved on)."""
+        compare failed (another writer got there first, or the lease moved on).
+        ``then_insert``: executions inserted in the same transaction if the write lands."""
         done: asyncio.Future[Execution | None] = asyncio.get_running_loop().create_future()
-        self._add(_Write(before, after, [done]))
+        self._add(_Write(before, after, [done], list(then_insert)))
         self._urgent.set()
         # Not shielded: a caller cancelled meanwhile cancels its wait, not the write.
         return await done
@@ -95,6 +101,7 @@ class StateWriter:
         if pending is not None and pending.after.version == write.before.version:
             pending.after = write.after  # builds on the pending write: one write for both
             pending.waiters += write.waiters
+            pending.inserts += write.inserts
         elif pending is None and eid not in self._in_flight:
             self._pending[eid] = write
         else:
@@ -135,7 +142,8 @@ class StateWriter:
             return
         self._in_flight = {w.before.eid: w.after.version for w in batch}
         try:
-            stored = await self.store.save([(w.before, w.after) for w in batch])
+            inserts = {w.before.eid: w.inserts for w in batch if w.inserts}
+            stored = await self.store.save([(w.before, w.after) for w in batch], inserts)
         except Exception as exc:
             self._in_flight = {}
             self._retry_later(batch, exc)
@@ -163,7 +171,11 @@ class StateWriter:
             eid = write.before.eid
             newer = self._pending.pop(eid, None)
             if newer is not None and newer.before.version == write.after.version:
-                write.after, write.waiters = newer.after, newer.waiters
+                write.after, write.waiters, write.inserts = (
+                    newer.after,
+                    newer.waiters,
+                    newer.inserts,
+                )
             elif newer is not None:
                 self._later.append(newer)
             self._pending[eid] = write

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import sqlalchemy as sa
@@ -48,12 +48,33 @@ def task_yaml(name: str, url: str, **keys: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+class NodeProcess(Protocol):
+    """What the tests use of a node's process: a ``subprocess.Popen``, or a process forked
+    from a warm interpreter (``tests.chaos.launcher``)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | Any: ...
+
+    def poll(self) -> int | None: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+    def kill(self) -> None: ...
+
+    def terminate(self) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
 @dataclass
 class Node:
     """One ``ecron run`` process and where to reach it."""
 
     name: str
-    process: subprocess.Popen[bytes]
+    process: NodeProcess
     port: int
     log_path: Path
 
