@@ -263,7 +263,7 @@ async def test_a_forward_jump_expires_leases_and_the_other_node_adopts_by_pollin
         await n2.scheduler.take_over(jumped)
         polls = len(user_service.calls_for(eid, "GET"))
         await wait_for(lambda: len(user_service.calls_for(eid, "GET")) > polls)
-        lost = await n1.parts.leases.renew(jumped)
+        lost = await n1.parts.leases.renew()  # at the jumped clock
         adopted = await n2.store.get_execution(eid)
     assert adopted is not None and adopted.owner == "n2" and adopted.fence == 2
     assert adopted.status is Status.RUNNING
@@ -289,7 +289,7 @@ async def test_a_backward_step_delays_the_expiry_of_a_lease_until_its_holder_ren
         later = n2.clock.set(back + timedelta(seconds=16))
         await n2.scheduler.take_over(later)
         taken_before_renewal = eid in n2.executor.held
-        assert await n1.parts.leases.renew(back) == []
+        assert await n1.parts.leases.renew() == []  # at the stepped-back clock
         n1.executor.forget(eid)  # n1 stops driving it: only its lease remains
         await n2.scheduler.take_over(later)
         polls = len(user_service.calls_for(eid, "GET"))
