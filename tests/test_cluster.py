@@ -41,7 +41,7 @@ from tests.support.service import UserService, wait_for
 pytestmark = [pytest.mark.slow]
 
 #: How long the nodes of the double-fire test run, and the edges of the window checked.
-RUN_SECONDS = 30.0
+RUN_SECONDS = 15.0
 WARM_UP = timedelta(seconds=4)
 COOL_DOWN = timedelta(seconds=3)
 TASKS = 50
@@ -202,12 +202,12 @@ def summary(report: dict[str, Any]) -> str:
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("nodes", [2, 3])
+@pytest.mark.parametrize("nodes", [3])  # two nodes: the crash loop (tests/chaos) runs them
 async def test_several_nodes_on_one_postgresql_never_double_a_fire_and_never_lose_one(
     nodes: int, postgres_url: str, user_service: UserService, tmp_path: Path
 ) -> None:
     """N nodes start together on one PostgreSQL with 50 tasks firing every second and run for
-    30 s. Every fire time in the window has exactly one execution, triggered once under one
+    15 s. Every fire time in the window has exactly one execution, triggered once under one
     execution id and ended SUCCESS; the work is spread over more than one node; every node
     stops on SIGTERM with exit status 0."""
     user_service.duration = 0.15
