@@ -56,7 +56,10 @@ async def test_a_scheduled_task_is_triggered_polled_to_success_and_stored(
     """An {every: 1s} task fires on its own: one POST with every protocol header, GETs
     with rising progress, then SUCCESS with progress 100 and the result stored."""
     user_service.duration = 0.6
-    spec = task("every", f"{user_service.url}/jobs/report", schedule={"every": "1s"})
+    # Polls every 200 ms: several during the 0.6 s job, however late the trigger's answer.
+    spec = task(
+        "every", f"{user_service.url}/jobs/report", schedule={"every": "1s"}, poll_interval="200ms"
+    )
     async with make_daemon([spec]) as daemon:
         first = await wait_for(lambda: user_service.calls and user_service.calls[0], timeout=5)
         snapshot = await final(daemon, first.eid)
