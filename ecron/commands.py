@@ -19,7 +19,7 @@ import structlog
 from ecron.bookkeeping import PAUSE_ATTEMPTS, Bookkeeping
 from ecron.clock import Clock
 from ecron.config.model import TaskSpec
-from ecron.core import Execution, Report, Status, Transition, TriggerKind
+from ecron.core import Channel, Execution, Report, Status, Transition, TriggerKind
 from ecron.errors import Conflict, NotFound, NothingToResume
 from ecron.executor.runner import Executor
 from ecron.ids import new_eid
@@ -147,11 +147,15 @@ class Commands:
         return await self.executor.cancel(eid, message)
 
     async def report(
-        self, eid: str, report: Report, step: int | None = None
+        self,
+        eid: str,
+        report: Report,
+        step: int | None = None,
+        channel: Channel = Channel.CALLBACK,
     ) -> tuple[Transition, Execution]:
-        """A callback's report about ``eid`` (or its ``step``), through the one core
-        function."""
-        return await self.executor.report(eid, report, step)
+        """A pushed report (a callback's, or a queue message's) about ``eid`` (or its
+        ``step``), through the one core function."""
+        return await self.executor.report(eid, report, step, channel)
 
     async def resume(self, eid: str, *, why: str) -> Execution:
         """Resume execution ``eid`` from its first step that did not succeed (``why``: who

@@ -166,7 +166,7 @@ class Patrol:
         silent = {
             name: now - spec.heartbeat_timeout - STALE_MARGIN
             for name, spec in self.specs.items()
-            if spec.mode == "callback"
+            if spec.mode != "poll"  # pushed only: callback or queue
         }
         found = await self.store.stuck(now - STALE_MARGIN, silent, PATROL_LIMIT)
         taken = await self.leases.force_claim([e.eid for e in found if e.task in self.specs], now)

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 import ecron.cli.validate  # noqa: F401  (registers the command)
 from ecron.cli import cli
 from ecron.config import Config, DaemonSettings, StepSpec, TaskSpec, load_config
+from ecron.config.loader import settings_model
 from ecron.config.summary import validation_report
 from ecron.durations import parse_duration
 from ecron.errors import ConfigError
@@ -292,7 +293,7 @@ def test_a_missing_variable_is_a_problem_naming_file_task_field_and_variable(
         "tasks/reports.yaml: task 'nightly': field 'headers.Authorization': environment variable "
         "'REPORTS_TOKEN' is not set (write ${REPORTS_TOKEN:-default} to give it a default).",
         "tasks/reports.yaml: task 'nightly': field 'mode': 'sometimes' is not allowed: "
-        "use 'poll' or 'callback'.",
+        "use 'poll', 'callback' or 'queue'.",
     ]
 
 
@@ -658,10 +659,13 @@ def test_steps_inherit_every_call_key_they_do_not_set(tmp_path: Path) -> None:
 
 
 def documented_keys(model: type[BaseModel]) -> set[str]:
-    """The keys of ``model`` as the guide writes them: ``key``, or ``key.sub`` for nested settings."""
+    """The keys of ``model`` as the guide writes them: ``key``, or ``key.sub`` for nested
+    settings (of the daemon also optional ones, as the environment names them)."""
     keys = set()
     for name, field in model.model_fields.items():
         inner = field.annotation
+        if model is DaemonSettings:
+            inner = settings_model(inner)
         if isinstance(inner, type) and issubclass(inner, BaseModel):
             keys |= {f"{name}.{sub}" for sub in inner.model_fields}
         else:

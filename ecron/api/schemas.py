@@ -115,7 +115,7 @@ class TaskSnapshot(Answer):
     next_fire_at: Time | None
     consecutive_failures: int = Field(ge=0)
     concurrency: Literal["allow", "forbid", "replace"]
-    mode: Literal["poll", "callback"]
+    mode: Literal["poll", "callback", "queue"]
     idempotent: bool
     steps: list[str] = Field(description="the names of the steps; [] for a one-call task")
     last_execution: ExecutionSnapshot | None

@@ -16,7 +16,7 @@ import typing
 from collections.abc import Hashable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -95,12 +95,20 @@ def _daemon_keys() -> list[tuple[str, ...]]:
     for name, field in DaemonSettings.model_fields.items():
         if name in FILE_ONLY_KEYS:
             continue
-        sub = field.annotation
-        if isinstance(sub, type) and issubclass(sub, BaseModel):
+        sub = settings_model(field.annotation)
+        if sub is not None:  # nested settings (also optional ones, e.g. ``queue``): KEY_SUB
             keys.extend((name, inner) for inner in sub.model_fields)
         else:
             keys.append((name,))
     return keys
+
+
+def settings_model(annotation: Any) -> type[BaseModel] | None:
+    """The settings model of a field typed ``Model`` or ``Model | None``; else None."""
+    for candidate in (annotation, *get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
 
 
 # --- ecron.yaml -------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from sqlalchemy.exc import ArgumentError
 
 from ecron.calendars import FireTimes
 from ecron.config.rules import Blackout, CalendarSpec, Expect, check_blackouts, exclusions
+from ecron.config.secrets import database_password, without_password
 from ecron.durations import Duration
 from ecron.errors import ScheduleError
 from ecron.schedules import Schedule, on_key, parse_schedule, zone
@@ -39,6 +40,7 @@ CALL_KEYS = (
     "headers",
     "body",
     "poll_url",
+    "batch_poll_url",
     "cancel_url",
     "request_timeout",
     "task_timeout",
@@ -64,6 +66,10 @@ def check_positive(value: timedelta | None) -> timedelta | None:
         raise ValueError("must be longer than zero")
     return value
 
+
+#: How reports reach ecron: polled (callbacks also accepted), or only pushed, by callback
+#: or through the queue (PROTOCOL.md).
+Mode = Literal["poll", "callback", "queue"]
 
 _POSITIVE_CALL_DURATIONS = ("request_timeout", "task_timeout", "poll_interval", "heartbeat_timeout")
 
@@ -154,18 +160,26 @@ class CallSettings(_Strict):
     headers: dict[str, str] = Field(default_factory=dict)
     body: Any = None
     poll_url: str | None = None
+    #: One GET ``?ids=a,b,c`` polls many executions (PROTOCOL.md, "Batch polls").
+    batch_poll_url: str | None = None
     cancel_url: str | None = None
     request_timeout: Duration = timedelta(seconds=10)
     task_timeout: Duration = timedelta(hours=2)
     poll_interval: Duration = timedelta(seconds=5)
     max_probe_failures: int = Field(default=5, ge=1, le=1000)
-    mode: Literal["poll", "callback"] = "poll"
+    mode: Mode = "poll"
     heartbeat_timeout: Duration = timedelta(minutes=5)
     secret: str | None = None
     trigger_retry: TriggerRetry = Field(default_factory=TriggerRetry)
 
-    _url = field_validator("url")(check_url)
+    _url = field_validator("url", "batch_poll_url")(check_url)
     _durations = field_validator(*_POSITIVE_CALL_DURATIONS)(check_positive)
+
+    @property
+    def pushed(self) -> bool:
+        """True when reports are only pushed (``mode: callback`` or ``mode: queue``): never
+        polled, and silent past ``heartbeat_timeout`` means unreachable."""
+        return self.mode != "poll"
 
 
 class StepSpec(_Strict):
@@ -176,17 +190,18 @@ class StepSpec(_Strict):
     headers: dict[str, str] | None = None
     body: Any = None
     poll_url: str | None = None
+    batch_poll_url: str | None = None
     cancel_url: str | None = None
     request_timeout: Duration | None = None
     task_timeout: Duration | None = None
     poll_interval: Duration | None = None
     max_probe_failures: int | None = Field(default=None, ge=1, le=1000)
-    mode: Literal["poll", "callback"] | None = None
+    mode: Mode | None = None
     heartbeat_timeout: Duration | None = None
     secret: str | None = None
     trigger_retry: TriggerRetry | None = None
 
-    _url = field_validator("url")(check_url)
+    _url = field_validator("url", "batch_poll_url")(check_url)
     _durations = field_validator(*_POSITIVE_CALL_DURATIONS)(check_positive)
 
 
@@ -200,12 +215,13 @@ class TaskSpec(_Strict):
     headers: dict[str, str] = Field(default_factory=dict)
     body: Any = None
     poll_url: str | None = None
+    batch_poll_url: str | None = None
     cancel_url: str | None = None
     request_timeout: Duration = timedelta(seconds=10)
     task_timeout: Duration = timedelta(hours=2)
     poll_interval: Duration = timedelta(seconds=5)
     max_probe_failures: int = Field(default=5, ge=1, le=1000)
-    mode: Literal["poll", "callback"] = "poll"
+    mode: Mode = "poll"
     heartbeat_timeout: Duration = timedelta(minutes=5)
     secret: str | None = None
     trigger_retry: TriggerRetry = Field(default_factory=TriggerRetry)
@@ -227,7 +243,7 @@ class TaskSpec(_Strict):
     #: ``{success_within: 26h}``: alert ``task_overdue`` when no SUCCESS for that long.
     expect: Expect | None = None
 
-    _url = field_validator("url")(check_url)
+    _url = field_validator("url", "batch_poll_url")(check_url)
     _durations = field_validator(*_POSITIVE_CALL_DURATIONS)(check_positive)
 
     @field_validator("name")
@@ -355,6 +371,28 @@ class LogSettings(_Strict):
     level: Literal["debug", "info", "warning", "error"] = "info"
 
 
+class QueueSettings(_Strict):
+    """The Redis Streams report channel (PROTOCOL.md, "Reports through a message queue")."""
+
+    url: str
+    stream: str = Field(default="ecron-reports", min_length=1)
+    group: str = Field(default="ecron", min_length=1)
+    #: A message left pending this long by a node (that died) is claimed by another.
+    claim_idle: Duration = timedelta(seconds=30)
+    #: True: ``/readyz`` answers 503 while Redis cannot be read.
+    required: bool = False
+
+    @field_validator("url")
+    @classmethod
+    def _redis_url(cls, value: str) -> str:
+        if not value.startswith(("redis://", "rediss://", "unix://")):
+            shown = without_password(value)
+            raise ValueError(f"{shown!r}: use redis://HOST:PORT/DB (or rediss://, unix://)")
+        return value
+
+    _claim_idle = field_validator("claim_idle")(check_positive)
+
+
 class DaemonSettings(_Strict):
     """The daemon itself (``ecron.yaml``; every key also as ``ECRON_<KEY>``)."""
 
@@ -375,6 +413,8 @@ class DaemonSettings(_Strict):
     prefetch: Duration = timedelta(seconds=2)
     #: Alerts (webhooks); set in ecron.yaml only, not from the environment.
     notify: NotifySettings = Field(default_factory=NotifySettings)
+    #: The Redis Streams report channel; none when unset.
+    queue: QueueSettings | None = None
 
     @field_validator("listen")
     @classmethod
@@ -426,21 +466,6 @@ class Config(BaseModel):
     calendars: dict[str, CalendarSpec] = Field(default_factory=dict)
 
 
-#: The password of a database URL: between ``scheme://user:`` and the last ``@``.
-_PASSWORD = re.compile(r"(://[^:/@]*:)(.*)@")
-
-
-def without_password(url: str) -> str:
-    """``url`` with its password, if it has one, written ``***``."""
-    return _PASSWORD.sub(r"\1***@", url, count=1)
-
-
-def database_password(url: str) -> str | None:
-    """The password in a database URL, as written, or None."""
-    found = _PASSWORD.search(url)
-    return None if found is None else found.group(2)
-
-
 def config_secrets(config: Config) -> list[str | None]:
     """Every configured value that must never show in a log line: the API token, the
     secrets, the database password, and every header value (of tasks, steps and
@@ -450,6 +475,9 @@ def config_secrets(config: Config) -> list[str | None]:
     values: list[str | None] = [daemon.api_token, daemon.secret, password]
     if password is not None:
         values.append(unquote(password))
+    if daemon.queue is not None:  # a Redis URL may carry a password too
+        queue_password = database_password(daemon.queue.url)
+        values += [queue_password, queue_password and unquote(queue_password)]
     hooks = list(daemon.notify.webhooks)
     for spec in config.tasks.values():
         numbers: list[int | None] = list(range(1, len(spec.steps) + 1)) if spec.steps else [None]

@@ -74,6 +74,8 @@ class Channel(StrEnum):
     POLL = "poll"
     #: Pushed by the user service to the callback endpoint.
     CALLBACK = "callback"
+    #: Pushed by the user service through the Redis stream (``queue`` in ecron.yaml).
+    QUEUE = "queue"
 
 
 class TriggerKind(StrEnum):

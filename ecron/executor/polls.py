@@ -77,7 +77,7 @@ class Polls:
             await self.stopper.stop(execution, Status.TIMED_OUT, "the task timeout passed")
             return
         call, ctx = self.calls.call_of(execution)
-        if call.mode == "callback":
+        if call.pushed:
             await self._check_heartbeat(execution, call, now)
             return
         outcome = await self.caller.poll(call, ctx)

@@ -229,10 +229,14 @@ class Executor:
             log.info("execution_replaced", execution_id=other.eid, replaced_by=by)
 
     async def report(
-        self, eid: str, report: Report, step: int | None = None
+        self,
+        eid: str,
+        report: Report,
+        step: int | None = None,
+        channel: Channel = Channel.CALLBACK,
     ) -> tuple[Transition, Execution]:
-        """A callback's report about ``eid`` (or its ``step``), from any node, through the
-        one core function.
+        """A pushed report (a callback's or a queue message's, ``channel``) about ``eid`` (or
+        its ``step``), from any node, through the one core function.
 
         Raises ``NotFound`` for an unknown eid. A transition with ``cancel_due``
         means the deadline had passed: the cancel was sent instead.
@@ -242,7 +246,7 @@ class Executor:
             raise NotFound(f"no execution {eid!r}")
         with about(execution, self.node_id):
             self.recorder.warn_ignored(execution, report)
-            event = Reported(report, Channel.CALLBACK, step=step)
+            event = Reported(report, channel, step=step)
             transition, stored = await self.recorder.record(execution, event, as_owner=False)
             if transition.cancel_due:
                 stopped = await self.stopper.stop(
@@ -432,7 +436,7 @@ class Executor:
         if call is None:
             call, _ = self.calls.call_of(execution)
         now = now or self.clock.now()
-        if call.mode == "callback":
+        if call.pushed:
             since = execution.last_report_at or execution.triggered_at or now
             due = since + call.heartbeat_timeout
         else:

@@ -171,7 +171,7 @@ class Triggers:
         current = self.recorder.held.get(execution.eid, execution)
         if outcome.report is not None:
             self.recorder.warn_ignored(current, outcome.report)
-        unknown = attempt.probe_first or attempt.call.mode == "callback"
+        unknown = attempt.probe_first or attempt.call.pushed
         if outcome.kind is OutcomeKind.NO_ANSWER and unknown:
             log.warning(
                 "trigger_outcome_unknown",
@@ -220,7 +220,7 @@ class _Attempt:
         if self.tries > 1 and await self._abandon():
             return CallOutcome(OutcomeKind.UNSENT, detail="the execution moved on")
         caller = self.triggers.caller
-        if self.call.mode == "callback":
+        if self.call.pushed:
             # Never polled: the trigger itself, sent again with the same id, is the probe
             # (the service answers a known id with its current report).
             return await caller.trigger(self.call, self.ctx)
