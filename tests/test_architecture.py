@@ -32,6 +32,7 @@ LOOPS = {
     "overdue",
     "parts",
     "daemon",
+    "queue",
 }
 
 #: Per part, the parts it may import (besides itself); None: any.
@@ -61,6 +62,8 @@ FORBIDDEN: dict[str, set[str]] = {
     "api": LOOPS | {"cli"},
     "executor": {"scheduler", "patrol", "parts", "daemon", "api", "commands", "cli"},
     "commands": {"scheduler", "patrol", "parts", "daemon", "api", "cli"},
+    # A pushed report's checks, shared by the callback endpoint and the queue consumer.
+    "pushed": LOOPS | {"api", "cli"},
 }
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -10,10 +9,9 @@ from aiohttp import web
 
 from ecron.api.context import NUL, context, error, ignore_body
 from ecron.clock import iso
-from ecron.core import Execution, InvalidReport, RemoteStatus, Status, parse_report
+from ecron.core import Channel, Execution, Status
 from ecron.errors import Ambiguous, NotFound
-from ecron.ids import split_remote_id
-from ecron.signing import token_matches
+from ecron.pushed import Pushed, take_report
 from ecron.snapshots import execution_snapshots, step_snapshot
 from ecron.store.base import Store
 
@@ -146,44 +144,31 @@ async def report(request: web.Request) -> web.Response:
 
 
 async def _report(request: web.Request) -> web.Response:
-    """A callback (PROTOCOL.md): answers, checked in this order, 404 (no such execution),
-    401 (token missing or not this id's), 400 (not a report), 409 (already final; nothing
-    changed), 200 (applied). Each answer carries the execution's snapshot where it has one."""
+    """A callback (PROTOCOL.md): checked and applied by ``ecron.pushed.take_report`` (as a
+    queue message is), answered, in the checks' order, 404 (no such execution), 401 (token
+    missing or not this id's), 400 (not a report), 409 (already final; nothing changed), 200
+    (applied). Each answer carries the execution's snapshot where it has one."""
     ctx = context(request)
-    remote = request.match_info["eid"]
-    eid, step = split_remote_id(remote)
-    execution = None if NUL in eid else await ctx.store.get_execution(eid)
-    if execution is None or (
-        step is not None and not any(s.remote_id == remote for s in execution.steps)
-    ):
-        return error(404, f"no execution or step {remote!r}")
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not token_matches(ctx.callback_secret, remote, token.strip()):
-        return error(
-            401,
-            "missing or wrong callback token",
-            "send Authorization: Bearer <X-Ecron-Callback-Token>",
-        )
-    try:
-        parsed = parse_report(json.loads(await request.read()))
-    except (ValueError, InvalidReport, RecursionError) as exc:  # deep nesting: not a report
-        return error(400, "not a valid report", str(exc)[:500] or type(exc).__name__)
-    if parsed.status is RemoteStatus.UNKNOWN:
-        return error(400, "not a valid report", "a callback cannot report UNKNOWN")
-    if execution.is_final:
-        return error(
-            409,
-            f"execution {remote} is already {execution.status}",
-            await snapshot(request, execution),
-        )
-    transition, current = await ctx.commands.report(execution.eid, parsed, step)
-    if transition.cancel_due or not transition.changed:
-        return error(
-            409,
-            f"execution {remote} is {current.status}; the report changed nothing",
-            await snapshot(request, current),
-        )
-    return web.json_response(await snapshot(request, current))
+    taken = await take_report(
+        store=ctx.store,
+        commands=ctx.commands,
+        secret=ctx.callback_secret,
+        remote=request.match_info["eid"],
+        token=token.strip() if scheme.lower() == "bearer" else None,
+        body=request.read,
+        channel=Channel.CALLBACK,
+    )
+    if taken.outcome is Pushed.UNAUTHORIZED:
+        return error(401, taken.why, "send Authorization: Bearer <X-Ecron-Callback-Token>")
+    if taken.outcome is Pushed.MALFORMED:
+        return error(400, taken.why, taken.detail)
+    if taken.execution is None:
+        return error(404, taken.why)
+    shown = await snapshot(request, taken.execution)
+    if taken.outcome is Pushed.TOO_LATE:
+        return error(409, taken.why, shown)
+    return web.json_response(shown)
 
 
 @routes.post("/api/v1/executions/{eid}/resume")
