@@ -18,7 +18,7 @@ from ecron.executor.http import (
     default_target,
     expand,
 )
-from ecron.signing import verify
+from ecron.signing import callback_token, verify
 from tests.support.rig import FakeClock
 
 CTX = CallContext(
@@ -40,6 +40,39 @@ async def test_protocol_headers_replace_task_headers_of_the_same_name_in_any_cas
     assert headers.getall("X-Ecron-Task") == ["job"]
     assert headers["X-Team"] == "a" and headers["X-Ecron-Attempt"] == "2"
     assert "X-Ecron-Deadline" not in headers and "X-Ecron-Callback-Url" not in headers
+
+
+@pytest.mark.parametrize(
+    ("public_url", "stream", "expected"),
+    [
+        (None, None, set()),
+        (None, "reports", {"X-Ecron-Report-Stream", "X-Ecron-Callback-Token"}),
+        ("http://ecron:8080", None, {"X-Ecron-Callback-Url", "X-Ecron-Callback-Token"}),
+        (
+            "http://ecron:8080",
+            "reports",
+            {"X-Ecron-Callback-Url", "X-Ecron-Report-Stream", "X-Ecron-Callback-Token"},
+        ),
+    ],
+)
+async def test_the_report_stream_and_the_callback_token_come_with_a_queue_the_url_with_public_url(
+    public_url: str | None, stream: str | None, expected: set[str]
+) -> None:
+    """A daemon with a queue sends X-Ecron-Report-Stream and the callback token (the service
+    needs it for its XADD) on every call; X-Ecron-Callback-Url only with public_url."""
+    pushed = {"X-Ecron-Callback-Url", "X-Ecron-Report-Stream", "X-Ecron-Callback-Token"}
+    call = CallSettings(url="http://h/jobs")
+    async with aiohttp.ClientSession() as session:
+        caller = HttpCaller(
+            session, public_url=public_url, callback_secret="s", report_stream=stream
+        )
+        for method in ("POST", "GET", "DELETE"):
+            headers = caller.headers(method, URL("http://h/jobs/e1"), call, CTX, b"")
+            assert {name for name in pushed if name in headers} == expected
+            if stream is not None:
+                assert headers["X-Ecron-Report-Stream"] == stream
+            if expected:
+                assert headers["X-Ecron-Callback-Token"] == callback_token("s", "e1")
 
 
 def test_the_default_poll_url_appends_the_encoded_id_to_the_path_and_keeps_the_query() -> None:

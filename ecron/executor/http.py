@@ -113,6 +113,7 @@ class HttpCaller:
         *,
         public_url: str | None,
         callback_secret: str,
+        report_stream: str | None = None,
         body_limit: int = BODY_LIMIT,
         metrics: Metrics | None = None,
         clock: Clock | None = None,
@@ -129,6 +130,8 @@ class HttpCaller:
         self.session = session
         self.public_url = public_url.rstrip("/") if public_url else None
         self.callback_secret = callback_secret
+        #: The Redis stream a service may push reports to (``X-Ecron-Report-Stream``).
+        self.report_stream = report_stream
         self.body_limit = body_limit
 
     async def trigger(self, call: CallSettings, ctx: CallContext) -> CallOutcome:
@@ -182,6 +185,9 @@ class HttpCaller:
         if self.public_url is not None:
             report_path = f"/api/v1/executions/{quote(ctx.remote_id, safe='')}/report"
             headers["X-Ecron-Callback-Url"] = self.public_url + report_path
+        if self.report_stream is not None:
+            headers["X-Ecron-Report-Stream"] = self.report_stream
+        if self.public_url is not None or self.report_stream is not None:
             headers["X-Ecron-Callback-Token"] = callback_token(self.callback_secret, ctx.remote_id)
         if method == "POST":
             headers["Content-Type"] = "application/json"
