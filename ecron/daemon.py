@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack, suppress
 from datetime import datetime
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import aiohttp
 import structlog
@@ -20,7 +21,8 @@ from aiohttp import web
 from ecron.api.app import make_app
 from ecron.api.context import ApiContext
 from ecron.clock import Clock
-from ecron.config.model import Config, TaskSpec, config_secrets
+from ecron.config.model import Config, QueueSettings, TaskSpec, config_secrets
+from ecron.errors import ConfigError
 from ecron.executor.http import HttpCaller
 from ecron.logs import hide
 from ecron.loop import loop_name
@@ -32,6 +34,9 @@ from ecron.store.engine import cluster_lock
 from ecron.store.migrate import upgrade
 from ecron.store.sql import SqlStore
 from ecron.store.writer import StateWriter
+
+if TYPE_CHECKING:
+    from ecron.queue import QueueConsumer
 
 log = structlog.get_logger(__name__)
 
@@ -74,6 +79,7 @@ class Daemon:
             session,
             public_url=settings.public_url,
             callback_secret="",
+            report_stream=settings.queue.stream if settings.queue is not None else None,
             metrics=metrics,
             clock=self.clock,
         )
@@ -91,6 +97,8 @@ class Daemon:
         )
         self.executor, self.scheduler, self.patrol = parts.executor, parts.scheduler, parts.patrol
         self.leases = parts.leases
+        #: The Redis Streams consumer, when the daemon has a ``queue``.
+        self.queue = None if settings.queue is None else self._consumer(settings.queue)
         self._stack = AsyncExitStack()
         self._loops: list[asyncio.Task[None]] = []
         self._started = False
@@ -99,6 +107,23 @@ class Daemon:
     @property
     def callback_secret(self) -> str:
         return self.caller.callback_secret
+
+    def _consumer(self, settings: QueueSettings) -> QueueConsumer:
+        """The report stream's consumer (redis-py is needed only then)."""
+        try:
+            from ecron.queue import QueueConsumer, connect
+        except ImportError as exc:
+            raise ConfigError(["queue: needs redis-py: pip install 'ecron[redis]'"]) from exc
+        caller = self.caller
+        return QueueConsumer(
+            settings=settings,
+            client=connect(settings),
+            store=self.store,
+            commands=self.parts.commands,
+            secret=lambda: caller.callback_secret,
+            metrics=self.metrics,
+            node_id=self.node_id,
+        )
 
     async def __aenter__(self) -> Daemon:
         try:
@@ -122,6 +147,8 @@ class Daemon:
         """
         self._stack.push_async_callback(self.session.close)
         self._stack.push_async_callback(self.store.close)
+        if self.queue is not None:
+            self._stack.push_async_callback(self.queue.client.aclose)
         before, after = await upgrade(self.store.engines)
         if before != after:
             log.info("database_migrated", before=before, after=after)
@@ -140,6 +167,8 @@ class Daemon:
             "ecron-patrol": self.patrol.run,
             "ecron-notifier": self.notifier.run,
         }
+        if self.queue is not None:
+            loops["ecron-queue"] = self.queue.run
         self._loops = [
             group.create_task(_watched(name, run), name=name) for name, run in loops.items()
         ]
@@ -164,6 +193,7 @@ class Daemon:
             callback_secret=self.callback_secret,
             metrics=self.metrics,
             last_tick=lambda: scheduler.last_tick,
+            readiness=self._readiness(),
         )
         runner = web.AppRunner(make_app(ctx), access_log=None)
         await runner.setup()
@@ -173,6 +203,14 @@ class Daemon:
         await site.start()
         addresses = runner.addresses  # the bound sockets' names: the port when 0 was asked
         self.port = int(addresses[0][1]) if addresses else port
+
+    def _readiness(self) -> tuple[Callable[[], str | None], ...]:
+        """The checks ``/readyz`` makes besides the database and the scheduler: the queue's,
+        when it is ``required``."""
+        queue, settings = self.queue, self.settings.queue
+        if queue is None or settings is None or not settings.required:
+            return ()
+        return (lambda: queue.problem,)
 
     async def _sync_tasks(self, now: datetime) -> None:
         firsts = FirstFireTimes(now)
@@ -198,8 +236,8 @@ class Daemon:
         self.scheduler.wake()
 
     async def stop(self) -> None:
-        """Stop claiming, let calls in progress and queued alerts finish briefly, hand leases
-        back, close.
+        """Stop claiming and reading the queue, let calls in progress and queued alerts finish
+        briefly, hand leases back, close.
 
         Each loop ends between two rounds, never inside a transaction (a transaction cut off
         by cancellation could leave a SQLite connection holding the write lock); only a loop
@@ -208,7 +246,9 @@ class Daemon:
         if self._started:
             self.scheduler.stop()
             self.patrol.stop()
-            await self._end({"ecron-scheduler", "ecron-patrol"}, SHUTDOWN_GRACE)
+            if self.queue is not None:
+                self.queue.stop()
+            await self._end({"ecron-scheduler", "ecron-patrol", "ecron-queue"}, SHUTDOWN_GRACE)
             await self.executor.drain(SHUTDOWN_GRACE)
             await self.parts.bookkeeping.close()
             await self.parts.recorder.close()

@@ -73,7 +73,7 @@ class Metrics:
         self._add_node_series(registry)
 
     def _add_call_series(self, registry: CollectorRegistry) -> None:
-        """The series of the calls to user services, and of the callbacks they send."""
+        """The series of the calls to user services, and of the reports they push."""
         self.poll_lateness = Histogram(
             "ecron_poll_lateness_seconds",
             "How much later than planned a poll (or deadline check) was started.",
@@ -102,6 +102,12 @@ class Metrics:
             "ecron_callbacks",
             "Callback requests, by the HTTP status answered.",
             ["answer"],
+            registry=registry,
+        )
+        self.queue_messages = Counter(
+            "ecron_queue_messages",
+            "Report messages read from the Redis stream, by what came of them.",
+            ["outcome"],
             registry=registry,
         )
 

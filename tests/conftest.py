@@ -1,5 +1,5 @@
 """Shared fixtures: databases (SQLite and PostgreSQL from one parametrised fixture), a real
-user service on 127.0.0.1, and a daemon factory."""
+redis-server, a real user service on 127.0.0.1, and a daemon factory."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from ecron.store.engine import Engines
 from ecron.store.migrate import upgrade
 from ecron.store.sql import SqlStore
 from tests.support.postgres import PostgresServer, start_server, unavailable
+from tests.support.redis_server import RedisServer, start_redis
 from tests.support.service import UserService
 
 
@@ -52,6 +53,15 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     url = server.new_database()
     yield url
     server.drop_database(url)
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    """A real redis-server of its own for the test, on a free port (skips locally, fails in
+    CI, if there is none); killed at the end."""
+    server = start_redis()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

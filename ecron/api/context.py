@@ -31,6 +31,9 @@ class ApiContext:
     metrics: Metrics
     #: When the scheduler's loop last went round (readiness), None before its first round.
     last_tick: Callable[[], datetime | None]
+    #: Further readiness checks (the queue's, when required): each says what is wrong, or
+    #: None.
+    readiness: tuple[Callable[[], str | None], ...] = ()
 
 
 CONTEXT = web.AppKey("ecron_context", ApiContext)

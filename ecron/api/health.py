@@ -18,7 +18,8 @@ async def healthz(request: web.Request) -> web.Response:
 
 @routes.get("/readyz")
 async def readyz(request: web.Request) -> web.Response:
-    """The database answers and the scheduler loop went round recently."""
+    """The database answers, the scheduler loop went round recently, and each further
+    check (the queue, when required) finds nothing wrong."""
     ctx = context(request)
     problems = []
     try:
@@ -29,6 +30,7 @@ async def readyz(request: web.Request) -> web.Response:
     bound = max(ctx.settings.tick * 10, ctx.settings.tick + ctx.settings.lease_ttl)
     if last is None or ctx.clock.now() - last > bound:
         problems.append("scheduler: the loop has not gone round recently")
+    problems += [problem for check in ctx.readiness if (problem := check()) is not None]
     if problems:
         return web.json_response({"status": "unready", "problems": problems}, status=503)
     return web.json_response({"status": "ready", "node": ctx.node_id})
