@@ -64,6 +64,8 @@ class Daemon:
         self.clock = clock or Clock()
         self.node_id = resolve_node_id(settings.node_id)
         self.specs: dict[str, TaskSpec] = dict(config.tasks)
+        if settings.queue is not None:
+            _require_redis()  # before anything that would need closing
         self.metrics = metrics = Metrics()
         hide(config_secrets(config))
         self.store = SqlStore.open(
@@ -109,11 +111,9 @@ class Daemon:
         return self.caller.callback_secret
 
     def _consumer(self, settings: QueueSettings) -> QueueConsumer:
-        """The report stream's consumer (redis-py is needed only then)."""
-        try:
-            from ecron.queue import QueueConsumer, connect
-        except ImportError as exc:
-            raise ConfigError(["queue: needs redis-py: pip install 'ecron[redis]'"]) from exc
+        """The report stream's consumer (redis-py is needed only then: checked first)."""
+        from ecron.queue import QueueConsumer, connect
+
         caller = self.caller
         return QueueConsumer(
             settings=settings,
@@ -275,6 +275,14 @@ class Daemon:
             loop.cancel()
         if loops:  # their errors, if any, are the TaskGroup's to raise (at the stack's close)
             await asyncio.wait(loops)
+
+
+def _require_redis() -> None:
+    """A daemon with a ``queue`` needs redis-py: one clear line when it is missing."""
+    try:
+        import ecron.queue  # noqa: F401  (it imports redis-py)
+    except ImportError as exc:
+        raise ConfigError(["queue: needs redis-py: pip install 'ecron[redis]'"]) from exc
 
 
 def _session(poll_workers: int) -> aiohttp.ClientSession:
