@@ -148,6 +148,16 @@ async def stored(daemon: Daemon, eid: str) -> Any:
     return execution
 
 
+async def running(daemon: Daemon, eid: str) -> Any:
+    """Wait until execution ``eid`` is RUNNING (its trigger's answer recorded); it."""
+
+    async def found() -> Any:
+        execution = await daemon.store.get_execution(eid)
+        return execution if execution is not None and execution.status is Status.RUNNING else None
+
+    return await wait_for(found, timeout=5)
+
+
 # -- the callback tests' sequences, through either channel -------------------------------
 
 
@@ -291,8 +301,8 @@ async def test_a_forged_token_is_refused_counted_and_acknowledged(
     spec = task("job", f"{user_service.url}/jobs/x", concurrency="allow", poll_interval="1h")
     async with both_channels(make_daemon, [spec], redis_server) as daemon:
         a, b = await run_once(daemon, "job"), await run_once(daemon, "job")
-        await wait_for(lambda: user_service.calls_for(a) and user_service.calls_for(b), timeout=5)
-        before = await stored(daemon, b)
+        await running(daemon, a)
+        before = await running(daemon, b)
         await send(client, b, {"status": "SUCCESS"}, token_of(user_service, a))
         await handled(client, await send(client, b, {"status": "SUCCESS"}, None))
         after = await stored(daemon, b)
@@ -315,7 +325,7 @@ async def test_malformed_and_unknown_messages_are_acknowledged_counted_and_logge
         eid = await run_once(daemon, "job")
         await wait_for(lambda: user_service.calls_for(eid), timeout=5)
         token = token_of(user_service, eid)
-        before = await stored(daemon, eid)
+        before = await running(daemon, eid)
         with capture_logs() as logs:
             await send(client, None, {"status": "SUCCESS"}, token)
             await send(client, eid, "<html>", token)
