@@ -11,7 +11,6 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -34,12 +33,6 @@ from tests.test_callbacks import push, token_of
 
 STREAM, GROUP = "reports", "ecron"
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def database_url(tmp_path: Path) -> str:
-    """The channel does not depend on the database: these tests use SQLite only."""
-    return f"sqlite+aiosqlite:///{tmp_path / 'ecron.db'}"
 
 
 @pytest.fixture
@@ -347,24 +340,38 @@ async def test_queue_mode_is_never_polled_and_silence_past_the_heartbeat_ends_it
     database_url: str, user_service: UserService, redis_server: RedisServer, client: Redis
 ) -> None:
     """mode: queue, heartbeat_timeout 1m, on a clock the test moves: a RUNNING 40% message
-    keeps the execution alive; 61 s of silence after it (on that clock) end it FAILED
-    unreachable. No GET is ever sent."""
+    at +45 s moves the heartbeat on, so the check at +65 s (past the trigger's +60 s) keeps
+    it RUNNING; 61 s of silence after the message end it FAILED unreachable, at +106 s. No
+    GET is ever sent."""
     user_service.duration = 3600
     spec = task("job", f"{user_service.url}/jobs/x", mode="queue", heartbeat_timeout="1m")
     async with rig(database_url, [spec], T0) as r, consuming(r, redis_server):
         execution, _ = await r.commands.run_now("job")
         eid = execution.eid
         await wait_for(lambda: r.status_is(eid, Status.RUNNING), timeout=5)
+        started = r.clock.now()
         r.clock.advance(timedelta(seconds=45))
         token = callback_token("test", eid)
         await handled(client, await send(client, eid, {"status": "RUNNING", "progress": 40}, token))
+        checks = looks(r)
+        r.clock.set(started + timedelta(seconds=65))
+        r.executor.wake()
+        await wait_for(lambda: looks(r) > checks and r.executor.idle, timeout=5)
         alive = await r.store.get_execution(eid)
-        r.clock.advance(timedelta(seconds=61))
+        r.clock.set(started + timedelta(seconds=106))
+        r.executor.wake()
         await wait_for(lambda: r.status_is(eid, Status.FAILED), timeout=5)
         failed = await r.store.get_execution(eid)
     assert alive is not None and (alive.status, alive.progress) == (Status.RUNNING, 40)
     assert failed is not None and failed.reason is Reason.UNREACHABLE
+    assert failed.finished_at is not None
+    assert failed.finished_at >= started + timedelta(seconds=105)
     assert user_service.methods_for(eid) == ["POST"]
+
+
+def looks(r: Rig) -> float:
+    """How many due looks (polls, deadline and heartbeat checks) the executor dispatched."""
+    return r.executor.metrics.registry.get_sample_value("ecron_poll_lateness_seconds_count") or 0
 
 
 @asynccontextmanager
