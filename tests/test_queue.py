@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, closing
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -482,3 +484,59 @@ async def test_a_queue_without_redis_py_fails_at_start_with_one_line(
         async with make_daemon([], queue=queue_of(redis_server)):
             pass
     assert str(raised.value) == "queue: needs redis-py: pip install 'ecron[redis]'"
+
+
+async def test_a_message_that_cannot_be_handled_stays_pending_is_retried_then_dropped(
+    tmp_path: Path, user_service: UserService, redis_server: RedisServer, client: Redis
+) -> None:
+    """A real database fault (another connection renames the execution table away): a
+    message about a RUNNING execution is not acknowledged and is delivered again after
+    claim_idle; once the table is back it is applied. A message that keeps failing is
+    delivered MAX_DELIVERIES times, then acknowledged and counted ``failed``, the execution
+    unchanged."""
+    path = tmp_path / "ecron.db"
+    user_service.duration = 3600
+    spec = task("job", f"{user_service.url}/jobs/x")
+    async with rig(f"sqlite+aiosqlite:///{path}", [spec], T0) as r:
+        execution, _ = await r.commands.run_now("job")
+        eid, token = execution.eid, callback_token("test", execution.eid)
+        await wait_for(lambda: r.status_is(eid, Status.RUNNING), timeout=5)
+        async with consuming(r, redis_server):
+            rename(path, "execution", "execution_away")
+            await send(client, eid, {"status": "RUNNING", "progress": 30}, token)
+            await wait_for(lambda: delivered(client, at_least=2), timeout=5)
+            rename(path, "execution_away", "execution")
+            await wait_for(nothing_pending(client), timeout=5)
+            applied = await r.store.get_execution(eid)
+
+            rename(path, "execution", "execution_away")
+            await send(client, eid, {"status": "SUCCESS"}, token)
+            await wait_for(nothing_pending(client), timeout=10)
+            rename(path, "execution_away", "execution")
+            after = await r.store.get_execution(eid)
+            outcomes = {name: rig_count(r, name) for name in ("applied", "failed")}
+    assert applied is not None and (applied.status, applied.progress) == (Status.RUNNING, 30)
+    assert after is not None and (after.status, after.progress) == (Status.RUNNING, 30)
+    assert outcomes == {"applied": 1, "failed": 1}
+
+
+def rename(path: Path, old: str, new: str) -> None:
+    """Rename a table of the SQLite file from a connection of its own (ecron's see it)."""
+    with closing(sqlite3.connect(path, timeout=10)) as db:
+        db.execute(f"ALTER TABLE {old} RENAME TO {new}")
+        db.commit()
+
+
+async def delivered(client: Redis, *, at_least: int) -> bool:
+    """True once the one pending message was delivered ``at_least`` times."""
+    found: Any = await client.xpending_range(STREAM, GROUP, min="-", max="+", count=1)
+    return bool(found) and int(found[0]["times_delivered"]) >= at_least
+
+
+def rig_count(r: Rig, outcome: str) -> float:
+    """``ecron_queue_messages_total{outcome}`` of a rig's consumer (it counts in the rig's
+    metrics)."""
+    value = r.executor.metrics.registry.get_sample_value(
+        "ecron_queue_messages_total", {"outcome": outcome}
+    )
+    return value or 0.0
