@@ -19,6 +19,7 @@ from ecron.executor.batch import CALL_NAME, batch_poll
 from ecron.executor.http import CallContext, HttpCaller, OutcomeKind
 from ecron.metrics import Metrics
 from tests.conftest import task
+from tests.protocol_support import started_then_slow
 from tests.support.batch import BatchAnswer, BatchCall, BatchService, batch_service
 from tests.support.rig import Rig, rig
 from tests.support.service import wait_for
@@ -281,3 +282,17 @@ async def test_batch_poll_reads_each_id_and_sends_no_per_execution_header(
         "ecron_http_calls_total", {"call": CALL_NAME, "outcome": "report"}
     )
     assert count == 1
+
+
+async def test_the_poll_that_settles_an_unknown_trigger_outcome_goes_through_the_batch(
+    database_url: str, batch: BatchService
+) -> None:
+    """The trigger started the job but its answer never came (request_timeout 300ms): the
+    poll ecron sends before anything else is a batch call naming that one execution, whose
+    report continues it RUNNING; the job was started once and polled by no per-id GET."""
+    batch.service.script["POST"] = [started_then_slow(batch.service, 1.0)]
+    async with rig(database_url, [batch_task(batch, request_timeout="300ms")], T0) as r:
+        (eid,) = await started(r, 1)
+    assert [call.ids for call in batch.calls] == [[eid]]
+    assert batch.service.starts == {eid: 1}
+    assert batch.per_id_polls == 0
