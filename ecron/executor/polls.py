@@ -74,7 +74,10 @@ class Polls:
         if due is None:
             return
         call, ctx = due
-        outcome = await probe(self.caller, call, ctx)
+        if call.batch_poll_url is None:  # the common case: no batch endpoint in between
+            outcome = await self.caller.poll(call, ctx)
+        else:
+            outcome = await probe(self.caller, call, ctx)
         await self._answered(eid, call, ctx, outcome)
 
     async def look_at_many(self, eids: Sequence[str], failed: Failed) -> None:
