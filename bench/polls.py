@@ -11,10 +11,15 @@ time. Once every execution has been polled within the last 2.5 s (the ramp), the
 counts polls for ``--duration`` seconds while ecron's CPU is read. At the end the stored
 progress of each row is compared with the last values the service reported for it. The
 baseline poller (``bench/baseline_poller.py``) is measured the same way on the same core.
+Then (unless ``--no-batch``) ecron runs again on a fresh database with the task's
+``batch_poll_url`` set to the service's batch endpoint (PROTOCOL.md, "Batch polls"), so
+the same executions are polled up to 100 a request: ``polls_per_s`` counts executions
+polled, ``requests_per_s`` the HTTP requests that carried them.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import sys
 import time
@@ -39,14 +44,16 @@ from bench.common import (
 
 LABEL_ECRON = "ecron"
 LABEL_BASELINE = "baseline"
+LABEL_BATCH = "ecron_batch"
 TASK = "polls"
 
 
-def task_yaml(url: str) -> str:
+def task_yaml(url: str, batch_poll_url: str | None = None) -> str:
+    batch = f"    batch_poll_url: {batch_poll_url}\n" if batch_poll_url else ""
     return (
         "tasks:\n"
         f"  - name: {TASK}\n    schedule: manual\n    url: {url}\n"
-        "    poll_interval: 1s\n    task_timeout: 1d\n    concurrency: allow\n"
+        "    poll_interval: 1s\n    task_timeout: 1d\n    concurrency: allow\n" + batch
     )
 
 
@@ -133,6 +140,7 @@ async def measure(child: Child, service: Service, count: int, args: Any) -> dict
         in_flight=count,
         polls=polls,
         polls_per_s=round(polls / stats["seconds"], 1),
+        requests_per_s=round(stats["requests"] / stats["seconds"], 1),
         interval_mean_s=rounded(stats["interval_mean"], 3),
         interval_p99_s=rounded(stats["interval_p99"], 3),
         cpu_percent=round(100 * cpu / args.duration, 1),
@@ -162,9 +170,14 @@ def persisted(stored: dict[str, float], reported: dict[str, list[float]]) -> dic
     }
 
 
-async def run_ecron(args: Any, service: Service, url: str, scratch: Path) -> dict[str, Any]:
-    config = write_config(scratch / "config", task_yaml(f"{service.url}/jobs/{LABEL_ECRON}"))
-    daemon = Daemon.start(config, url, scratch)
+async def run_ecron(
+    args: Any, service: Service, url: str, scratch: Path, batch: bool = False
+) -> dict[str, Any]:
+    label = LABEL_BATCH if batch else LABEL_ECRON
+    batch_url = f"{service.url}/batch/{label}" if batch else None
+    tasks = task_yaml(f"{service.url}/jobs/{label}", batch_url)
+    config = write_config(scratch / f"config-{label}", tasks)
+    daemon = Daemon.start(config, url, scratch, name=label)
     try:
         await daemon.wait_ready(args.ready_timeout)
         await asyncio.sleep(args.settle)
@@ -221,14 +234,26 @@ async def run(args: Any) -> dict[str, Any]:
             mine = await run_ecron(args, service, await databases.new(), scratch)
             await service.post("/_reset")
             theirs = await run_baseline(args, service, scratch)
+            batched = None
+            if args.batch:
+                await service.post("/_reset")
+                batched = await run_ecron(args, service, await databases.new(), scratch, True)
     ratios = {
         "polls_per_s": ratio(mine["polls_per_s"], theirs["polls_per_s"]),
         "cpu_us_per_poll": ratio(mine["cpu_us_per_poll"], theirs["cpu_us_per_poll"]),
         "kib_per_execution": ratio(mine["kib_per_execution"], theirs["kib_per_execution"]),
     }
+    figures = {"ecron": mine, "baseline": theirs, "ratio": ratios}
     report(args, mine, theirs, ratios)
-    params = {k: getattr(args, k) for k in ("database", "executions", "duration")}
-    return emit("polls", params, {"ecron": mine, "baseline": theirs, "ratio": ratios})
+    if batched is not None:
+        figures["ecron_batch"] = batched
+        figures["batch_ratio"] = {
+            "polls_per_s": ratio(batched["polls_per_s"], mine["polls_per_s"]),
+            "cpu_us_per_poll": ratio(batched["cpu_us_per_poll"], mine["cpu_us_per_poll"]),
+        }
+        report_batch(args, mine, batched)
+    params = {k: getattr(args, k) for k in ("database", "executions", "duration", "batch")}
+    return emit("polls", params, figures)
 
 
 def report(args: Any, mine: dict[str, Any], theirs: dict[str, Any], ratios: dict[str, Any]) -> None:
@@ -254,6 +279,23 @@ def report(args: Any, mine: dict[str, Any], theirs: dict[str, Any], ratios: dict
     table(title, rows, ("ecron", "plain aiohttp"))
 
 
+def report_batch(args: Any, mine: dict[str, Any], batched: dict[str, Any]) -> None:
+    keys = [
+        ("executions polled/s", "polls_per_s"),
+        ("HTTP requests/s", "requests_per_s"),
+        ("mean interval per execution, s", "interval_mean_s"),
+        ("p99 interval, s", "interval_p99_s"),
+        ("CPU, % of a core", "cpu_percent"),
+        ("CPU per execution polled, µs", "cpu_us_per_poll"),
+        ("the service's CPU, % of a core", "service_cpu_percent"),
+        ("RSS in flight, MiB", "rss_mib"),
+        ("progress advanced, fraction", "progress_advanced"),
+    ]
+    rows = [(label, mine.get(k), batched.get(k)) for label, k in keys]
+    title = f"polls: {args.executions} in flight, one GET each vs batch_poll_url, {args.database}"
+    table(title, rows, ("ecron, per execution", "ecron, batch"))
+
+
 def main(argv: list[str] | None = None) -> None:
     options = parser(__doc__.split("\n\n")[0])
     options.add_argument("--executions", type=int, default=10_000)
@@ -262,6 +304,12 @@ def main(argv: list[str] | None = None) -> None:
     options.add_argument("--ramp-timeout", type=float, default=300.0)
     options.add_argument("--ready-timeout", type=float, default=120.0)
     options.add_argument("--profile", help="py-spy raw profile of ecron in the window, to FILE")
+    options.add_argument(
+        "--batch",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also measure ecron polling through a batch endpoint (default: yes)",
+    )
     asyncio.run(run(options.parse_args(argv)))
 
 

@@ -8,7 +8,9 @@ records of the two runs of one benchmark apart.
 - ``triggers``: a POST is recorded (arrival time, ``X-Ecron-Task``, ``X-Ecron-Scheduled-At``,
   eid) and answered ``SUCCESS`` at once, so nothing is left to poll.
 - ``polls``: a POST answers ``RUNNING``; each GET of ``/jobs/{label}/{eid}`` answers
-  ``RUNNING`` with a progress that changes on every poll (never finishing).
+  ``RUNNING`` with a progress that changes on every poll (never finishing), and so does
+  each id of a batch poll, ``GET /batch/{label}?ids=a,b,c`` (PROTOCOL.md, "Batch polls"),
+  answered ``{"reports": {...}}``. Each id counts as one poll; each GET as one request.
 - ``lifecycle``: a POST answers ``RUNNING`` 0; polls 1-10 answer ``RUNNING`` with rising
   progress, the 11th ``SUCCESS``.
 
@@ -50,6 +52,8 @@ class State:
         self.last_poll: dict[str, float] = {}
         self.progress: dict[str, deque[float]] = {}
         self.window_polls = 0
+        #: HTTP requests that polled (a batch poll is one, however many ids it names).
+        self.window_requests = 0
         self.window_started = time.monotonic()
         self.intervals: list[float] = []
         self.finished = 0
@@ -76,10 +80,19 @@ class Handlers:
         return web.json_response(SUCCESS if state.mode == "triggers" else RUNNING_ZERO)
 
     async def poll(self, request: web.Request) -> web.Response:
-        state = self.state
-        if state.mode == "triggers":
+        if self.state.mode == "triggers":
             return web.json_response(SUCCESS)
-        eid = request.match_info["eid"]
+        self.state.window_requests += 1
+        return web.json_response(self.polled(request.match_info["eid"]))
+
+    async def batch(self, request: web.Request) -> web.Response:
+        self.state.window_requests += 1
+        ids = request.query.get("ids", "").split(",")
+        return web.json_response({"reports": {eid: self.polled(eid) for eid in ids if eid}})
+
+    def polled(self, eid: str) -> dict[str, Any]:
+        """Record one poll of ``eid``; its report."""
+        state = self.state
         count = state.polls_count.get(eid, 0) + 1
         state.polls_count[eid] = count
         now = time.monotonic()
@@ -89,13 +102,13 @@ class Handlers:
         if last is not None and last >= state.window_started:
             state.intervals.append(now - last)
         if state.mode == "lifecycle":
-            return web.json_response(lifecycle_report(state, count))
+            return lifecycle_report(state, count)
         progress = (count % 1000) / 10
         kept = state.progress.get(eid)
         if kept is None:
             kept = state.progress[eid] = deque(maxlen=KEEP_PROGRESS)
         kept.append(progress)
-        return web.json_response({"status": "RUNNING", "progress": progress})
+        return {"status": "RUNNING", "progress": progress}
 
     async def cancel(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "FAILED", "message": "cancelled"})
@@ -109,7 +122,7 @@ class Handlers:
         return web.json_response({"count": len(self.state.triggers.get(label, []))})
 
     async def mark(self, request: web.Request) -> web.Response:
-        self.state.window_polls = 0
+        self.state.window_polls = self.state.window_requests = 0
         self.state.window_started = time.monotonic()
         self.state.intervals = []
         return web.json_response({"marked": True})
@@ -133,6 +146,7 @@ def make_app(state: State) -> web.Application:
             web.post("/jobs/{label}", handlers.trigger),
             web.get("/jobs/{label}/{eid}", handlers.poll),
             web.delete("/jobs/{label}/{eid}", handlers.cancel),
+            web.get("/batch/{label}", handlers.batch),
             web.get("/_stats/triggers/{label}", handlers.triggers),
             web.get("/_stats/count/{label}", handlers.count),
             web.get("/_stats/polls", handlers.polls),
@@ -160,6 +174,7 @@ def poll_stats(state: State) -> dict[str, Any]:
     n = len(intervals)
     return {
         "polls": state.window_polls,
+        "requests": state.window_requests,
         "seconds": now - state.window_started,
         "recent": sum(1 for at in state.last_poll.values() if at >= now - RECENT),
         "known": len(state.last_poll),

@@ -69,15 +69,22 @@ def test_burst_triggers_every_task_of_the_fire_time_once() -> None:
 
 def test_polls_polls_every_execution_and_persists_progress() -> None:
     """50 adopted executions polled every second: both pollers make polls, ecron stores the
-    progress the service reported, and the ratios to the plain poller are printed."""
+    progress the service reported, and the ratios to the plain poller are printed. In the
+    batch run the same 50 are polled through the batch endpoint: every execution polled,
+    its progress stored, with fewer HTTP requests than executions polled."""
     figures = run_bench("polls", "--executions", "50", "--duration", "2", "--settle", "0.5")
-    for side in ("ecron", "baseline"):
+    for side in ("ecron", "baseline", "ecron_batch"):
         run = figures[side]
         assert run["polled_at_start"] == 50, run
         assert run["polls"] > 0, run
         assert run["cpu_us_per_poll"] is not None and run["kib_per_execution"] is not None
-    assert figures["ecron"]["progress_persisted"], figures["ecron"]
+    for side in ("ecron", "ecron_batch"):
+        assert figures[side]["progress_persisted"], figures[side]
+    assert figures["ecron"]["requests_per_s"] == figures["ecron"]["polls_per_s"]
+    batched = figures["ecron_batch"]
+    assert 0 < batched["requests_per_s"] < batched["polls_per_s"], batched
     assert set(figures["ratio"]) == {"polls_per_s", "cpu_us_per_poll", "kib_per_execution"}
+    assert set(figures["batch_ratio"]) == {"polls_per_s", "cpu_us_per_poll"}
 
 
 def test_lifecycle_counts_statements_and_transactions_per_execution() -> None:

@@ -166,6 +166,32 @@ def test_validate_notes_a_poll_interval_longer_than_the_task_timeout(tmp_path: P
     assert load_config(tmp_path, {}).tasks["slow"].poll_interval == timedelta(hours=1)
 
 
+def test_validate_notes_a_batch_poll_url_on_a_call_that_is_never_polled(tmp_path: Path) -> None:
+    """batch_poll_url on a task in mode callback (or a step in mode queue) is taken but
+    never used: ``ecron validate`` notes it; in mode poll it gets no note."""
+    write_config(
+        tmp_path,
+        a="""\
+        tasks:
+          - {name: pushed, schedule: manual, url: "http://s/a", mode: callback,
+             batch_poll_url: "http://s/batch"}
+          - {name: polled, schedule: manual, url: "http://s/b", batch_poll_url: "http://s/batch"}
+          - {name: etl, schedule: manual, batch_poll_url: "http://s/batch",
+             steps: [{name: a, url: "http://s/c"}, {name: b, url: "http://s/d", mode: queue}]}
+        """,
+    )
+
+    code, lines = validation_report(tmp_path, NOW, environ={})
+
+    assert code == 0 and len(lines) == 5
+    assert lines[3:] == [
+        "note: task 'pushed': batch_poll_url is never used: a call in mode callback is never "
+        "polled.",
+        "note: task 'etl' step 2 (b): batch_poll_url is never used: a call in mode queue is "
+        "never polled.",
+    ]
+
+
 async def test_a_poll_interval_longer_than_the_task_timeout_still_times_out_at_the_deadline(
     make_daemon: DaemonFactory, user_service: UserService
 ) -> None:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ecron.config.loader import load_config
-from ecron.config.model import Config, TaskSpec
+from ecron.config.model import CallSettings, Config, TaskSpec
 from ecron.durations import format_duration
 from ecron.errors import ConfigError
 from ecron.schedules import ScheduleKind
@@ -31,24 +31,31 @@ def validation_report(
 def notes(config: Config) -> list[str]:
     """Lines about settings that are taken but likely not meant: a call in poll mode whose
     ``poll_interval`` is longer than its ``task_timeout`` (never polled before its deadline;
-    fine where the service reports by callback, hence not an error)."""
+    fine where the service reports by callback, hence not an error), and a ``batch_poll_url``
+    on a call that is never polled (``mode: callback`` or ``queue``)."""
     found = []
     for task in config.tasks.values():
         numbers: list[int | None] = list(range(1, len(task.steps) + 1)) if task.steps else [None]
         for number in numbers:
-            call = task.call(number)
-            if call.mode != "poll" or call.poll_interval <= call.task_timeout:
-                continue
             name = f"task {task.name!r}"
             if number is not None:
                 name += f" step {number} ({task.step_names[number - 1]})"
-            found.append(
-                f"note: {name}: poll_interval {format_duration(call.poll_interval)} is longer "
-                f"than task_timeout {format_duration(call.task_timeout)}: it is never polled "
-                "before its deadline, so it ends TIMED_OUT unless its trigger's answer or a "
-                "callback ends it first."
-            )
+            found += [f"note: {name}: {note}" for note in _call_notes(task.call(number))]
     return found
+
+
+def _call_notes(call: CallSettings) -> list[str]:
+    if call.mode != "poll":
+        if call.batch_poll_url is None:
+            return []
+        return [f"batch_poll_url is never used: a call in mode {call.mode} is never polled."]
+    if call.poll_interval <= call.task_timeout:
+        return []
+    return [
+        f"poll_interval {format_duration(call.poll_interval)} is longer than task_timeout "
+        f"{format_duration(call.task_timeout)}: it is never polled before its deadline, so it "
+        "ends TIMED_OUT unless its trigger's answer or a callback ends it first."
+    ]
 
 
 def task_lines(config: Config, now: datetime) -> list[str]:

@@ -69,6 +69,8 @@ class CallOutcome:
     #: Seconds the service asked us to wait (``Retry-After`` on 429/503).
     retry_after: float | None = None
     detail: str = ""
+    #: A batch poll's answer: its ``reports`` object, remote id to report JSON (unread).
+    reports: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +164,20 @@ class HttpCaller:
         """``DELETE {cancel_url}``."""
         return await self._request("DELETE", expand(call.cancel_url, call, ctx), call, ctx, b"")
 
+    async def get(
+        self,
+        url: URL,
+        call: CallSettings,
+        ctx: CallContext,
+        headers: CIMultiDict[str],
+        *,
+        read: Reader,
+        name: str,
+    ) -> CallOutcome:
+        """A GET with its ``headers`` ready, its answer read by ``read`` and counted under
+        the ``call`` label ``name`` (the batch poll, ``executor/batch.py``)."""
+        return await self._request("GET", url, call, ctx, b"", headers, read=read, name=name)
+
     def headers(
         self, method: str, url: URL, call: CallSettings, ctx: CallContext, body: bytes
     ) -> CIMultiDict[str]:
@@ -205,27 +221,31 @@ class HttpCaller:
         ctx: CallContext,
         body: bytes,
         headers: CIMultiDict[str] | None = None,
+        *,
+        read: Reader | None = None,
+        name: str | None = None,
     ) -> CallOutcome:
+        """One call; ``read`` reads its answer (``classify`` by default), ``name`` is its
+        ``call`` label in the metrics (by default the protocol's name of ``method``)."""
         started = time.monotonic()
         if headers is None:  # signed calls are never prepared ahead: the time is in the signature
             headers = self.headers(method, url, call, ctx, body)
-        outcome = await self._send(method, url, call, body, headers)
+        outcome = await self._send(method, url, call, body, headers, read or classify)
         if outcome.detail:  # it becomes an execution's message: it quotes no secret
-            outcome = replace(outcome, detail=_scrubbed(outcome.detail, headers))
+            outcome = replace(outcome, detail=scrubbed(outcome.detail, headers))
         if self.metrics is not None:
-            calls, duration = self._series(method, outcome.kind)
+            calls, duration = self._series(name or _CALL_NAMES[method], outcome.kind)
             calls.inc()
             duration.observe(time.monotonic() - started)
         return outcome
 
-    def _series(self, method: str, kind: OutcomeKind) -> tuple[Counter, Histogram]:
+    def _series(self, name: str, kind: OutcomeKind) -> tuple[Counter, Histogram]:
         """The metric children of one call and outcome, looked up once (a label lookup costs
         more than the increment)."""
-        key = (method, kind)
+        key = (name, kind)
         found = self._children.get(key)
         if found is None:
             assert self.metrics is not None
-            name = _CALL_NAMES[method]
             found = self._children[key] = (
                 self.metrics.http_calls.labels(call=name, outcome=str(kind)),
                 self.metrics.http_duration.labels(call=name),
@@ -239,6 +259,7 @@ class HttpCaller:
         call: CallSettings,
         body: bytes,
         headers: CIMultiDict[str],
+        read: Reader,
     ) -> CallOutcome:
         seconds = call.request_timeout.total_seconds()
         timeout = self._timeouts.get(seconds)
@@ -257,7 +278,7 @@ class HttpCaller:
                 middlewares=_EVERY_TRY_COUNTED,
             ) as response:
                 content, too_big = await _read_capped(response, self.body_limit)
-                return classify(response.status, content, too_big, response.headers, self.clock.now)
+                return read(response.status, content, too_big, response.headers, self.clock.now)
         except aiohttp.ConnectionTimeoutError as exc:
             return CallOutcome(OutcomeKind.UNSENT, detail=f"connect timed out: {exc}")
         except aiohttp.ClientConnectorError as exc:
@@ -268,7 +289,7 @@ class HttpCaller:
             return CallOutcome(OutcomeKind.NO_ANSWER, detail=f"{type(exc).__name__}: {exc}")
 
 
-def _scrubbed(detail: str, headers: Mapping[str, str]) -> str:
+def scrubbed(detail: str, headers: Mapping[str, str]) -> str:
     """``detail`` (which may quote the answer, and so what a service echoes of the call)
     without the configured secrets and without this call's credentials: its callback
     token and its signature."""
@@ -335,12 +356,10 @@ def classify(
                 OutcomeKind.BAD_REPORT, http_status=status, detail=f"body over {BODY_LIMIT} bytes"
             )
         try:
-            report = parse_report(_decode(content))
-        except (ValueError, InvalidReport, RecursionError) as exc:  # deep nesting: not a report
-            detail = str(exc)[:200] or type(exc).__name__
-            return CallOutcome(OutcomeKind.BAD_REPORT, http_status=status, detail=detail)
-        kind = OutcomeKind.UNKNOWN if report.status is RemoteStatus.UNKNOWN else OutcomeKind.REPORT
-        return CallOutcome(kind, report=report, http_status=status)
+            body = decode_body(content)
+        except (ValueError, RecursionError) as exc:  # deep nesting: not a report
+            return CallOutcome(OutcomeKind.BAD_REPORT, http_status=status, detail=_why(exc))
+        return report_outcome(body, status)
     if status == 404:
         return CallOutcome(OutcomeKind.UNKNOWN, http_status=status, detail="404 Not Found")
     if status in (408, 429) or status >= 500:
@@ -354,13 +373,31 @@ def classify(
     return CallOutcome(OutcomeKind.REJECTED, http_status=status, detail=f"HTTP {status}")
 
 
-def _decode(content: bytes) -> Any:
+def decode_body(content: bytes) -> Any:
     """JSON with orjson; what it refuses (``NaN``, a big integer) with the standard library,
     which reads exactly what it always did."""
     try:
         return orjson.loads(content)
     except orjson.JSONDecodeError:
         return json.loads(content)
+
+
+def report_outcome(body: Any, status: int) -> CallOutcome:
+    """A decoded 2xx body (or one report of a batch answer) read as a report."""
+    try:
+        report = parse_report(body)
+    except (ValueError, InvalidReport, RecursionError) as exc:  # deep nesting: not a report
+        return CallOutcome(OutcomeKind.BAD_REPORT, http_status=status, detail=_why(exc))
+    kind = OutcomeKind.UNKNOWN if report.status is RemoteStatus.UNKNOWN else OutcomeKind.REPORT
+    return CallOutcome(kind, report=report, http_status=status)
+
+
+#: How an answer is read: ``classify``, or (``executor/batch.py``) a batch poll's reader.
+Reader = Callable[[int, bytes, bool, Mapping[str, str] | None, Callable[[], datetime]], CallOutcome]
+
+
+def _why(exc: BaseException) -> str:
+    return str(exc)[:200] or type(exc).__name__
 
 
 def _retry_after(headers: Mapping[str, str] | None, now: Callable[[], datetime]) -> float | None:

@@ -1,10 +1,12 @@
 """Looking at one execution when its time comes: the poll and what its answer means, the
 deadline (the cancel call), the heartbeat of a callback-mode execution, and a cancel that a
-node recorded but never finished."""
+node recorded but never finished. Executions of a batch-polled task are looked at many at a
+time: the same checks one by one, one batch poll, and each answer read as one poll's."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 
 import structlog
@@ -12,8 +14,9 @@ import structlog
 from ecron.clock import Clock
 from ecron.config.model import CallSettings
 from ecron.core import Execution, ProbeFailed, Status, Transition, deadline_passed
+from ecron.executor.batch import BATCH_LIMIT, batch_poll, probe
 from ecron.executor.calls import Calls
-from ecron.executor.http import HttpCaller
+from ecron.executor.http import CallContext, CallOutcome, HttpCaller
 from ecron.executor.outcomes import poll_event
 from ecron.executor.recorder import Recorder
 from ecron.executor.stopping import Stopper
@@ -26,6 +29,9 @@ log = structlog.get_logger(__name__)
 NextDue = Callable[[Execution], datetime]
 #: What follows an answer: the executor's ``plan_next(transition, stored, call, now)``.
 PlanNext = Callable[[Transition, Execution | None, CallSettings | None, datetime | None], None]
+#: What follows when looking at one execution failed unexpectedly (the executor's: hand it
+#: back when its task is unknown here, else log it and look again later).
+Failed = Callable[[str, Exception], Awaitable[None]]
 
 
 class Polls:
@@ -62,25 +68,85 @@ class Polls:
         self.forget = forget
 
     async def look_at(self, eid: str) -> None:
-        """A due call: time out, poll, or check the heartbeat of ``eid``."""
+        """A due call: time out, poll, or check the heartbeat of ``eid``. A batch-polled
+        execution is polled through its batch endpoint even alone (a batch of one)."""
+        due = await self._before_call(eid)
+        if due is None:
+            return
+        call, ctx = due
+        if call.batch_poll_url is None:  # the common case: no batch endpoint in between
+            outcome = await self.caller.poll(call, ctx)
+        else:
+            outcome = await probe(self.caller, call, ctx)
+        await self._answered(eid, call, ctx, outcome)
+
+    async def look_at_many(self, eids: Sequence[str], failed: Failed) -> None:
+        """Due calls of batch-polled executions, grouped by the executor: the checks of
+        ``look_at`` one by one (one that times out, or is pushed, is never asked about), then
+        one batch poll per call settings, each id's answer applied as a poll's would be.
+        ``failed``: what follows when one execution fails unexpectedly (the rest go on)."""
+        groups: dict[int, tuple[CallSettings, list[tuple[str, CallContext]]]] = {}
+        for eid in eids:
+            try:
+                due = await self._before_call(eid)
+            except Exception as exc:
+                await failed(eid, exc)
+                continue
+            if due is not None:
+                groups.setdefault(id(due[0]), (due[0], []))[1].append((eid, due[1]))
+        for call, calls in groups.values():
+            for first in range(0, len(calls), BATCH_LIMIT):
+                await self._poll_batch(call, calls[first : first + BATCH_LIMIT], failed)
+
+    async def _poll_batch(
+        self, call: CallSettings, calls: list[tuple[str, CallContext]], failed: Failed
+    ) -> None:
+        """One batch poll about ``calls``; each answer applied at once, side by side."""
+        try:
+            if call.batch_poll_url is None:  # a reload took the batch endpoint away meanwhile
+                outcomes = {ctx.remote_id: await self.caller.poll(call, ctx) for _, ctx in calls}
+            else:
+                outcomes = await batch_poll(self.caller, call, [ctx for _, ctx in calls])
+            results = await asyncio.gather(
+                *(self._answered(eid, call, ctx, outcomes[ctx.remote_id]) for eid, ctx in calls),
+                return_exceptions=True,
+            )
+        except Exception as exc:
+            results = [exc] * len(calls)
+        for (eid, _), result in zip(calls, results, strict=True):
+            if isinstance(result, Exception):
+                await failed(eid, result)
+            elif isinstance(result, BaseException):
+                raise result
+
+    async def _before_call(self, eid: str) -> tuple[CallSettings, CallContext] | None:
+        """What comes before a poll: nothing for an execution that ended, is being stopped or
+        has not started; the end of an abandoned cancel; the timeout; a callback-mode
+        heartbeat. The call to poll, or None when no poll is due."""
         execution = self.held.get(eid)
         if execution is None or execution.is_final or eid in self.stopping:
             self.adopted.discard(eid)
-            return
+            return None
         if execution.status is Status.SCHEDULED:
-            return  # not started: its start is planned apart
+            return None  # not started: its start is planned apart
         now = self.clock.now()
         if execution.cancel_sent_at is not None:
             await self._finish_abandoned_cancel(execution, now)
-            return
+            return None
         if deadline_passed(execution, now):
             await self.stopper.stop(execution, Status.TIMED_OUT, "the task timeout passed")
-            return
+            return None
         call, ctx = self.calls.call_of(execution)
         if call.pushed:
             await self._check_heartbeat(execution, call, now)
-            return
-        outcome = await self.caller.poll(call, ctx)
+            return None
+        return call, ctx
+
+    async def _answered(
+        self, eid: str, call: CallSettings, ctx: CallContext, outcome: CallOutcome
+    ) -> None:
+        """What a poll's answer (alone, or one id's of a batch) means, through the recorder,
+        and when to look again."""
         if eid in self.stopping:
             return  # a cancel started while this poll was out: its answer no longer counts
         current = self.held.get(eid)

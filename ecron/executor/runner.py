@@ -34,6 +34,7 @@ from ecron.core import (
 from ecron.core.status import Channel
 from ecron.errors import Conflict, NotFound
 from ecron.executor.backlog import StartBacklog
+from ecron.executor.batch import BatchKey, batch_key, in_batches
 from ecron.executor.calls import Calls, UnknownTask
 from ecron.executor.held import Held
 from ecron.executor.http import HttpCaller
@@ -72,6 +73,12 @@ class _Job(IntEnum):
     TRIGGER = 1
     #: Send the trigger of an adopted execution (one may have left already: probe first).
     TRIGGER_ADOPTED = 2
+    #: Poll several executions of a batch-polled task with one call (each checked first).
+    BATCH = 3
+
+
+#: A worker's job: what to do, with one eid or a batch poll's eids, and when each was due.
+_Planned = tuple[_Job, tuple[str, ...], tuple[datetime, ...]]
 
 
 class Executor:
@@ -127,7 +134,7 @@ class Executor:
         self._calls: list[tuple[datetime, int, str]] = []
         self._plans: dict[str, tuple[int, _Job | None]] = {}
         self._seq = itertools.count()
-        self._queue: asyncio.Queue[tuple[_Job, str]] = asyncio.Queue(maxsize=workers * 2)
+        self._queue: asyncio.Queue[tuple[_Job, tuple[str, ...]]] = asyncio.Queue(workers * 2)
         #: Due starts waiting to be decided and handed to a worker (up to twice the queue).
         self.backlog = StartBacklog(2 * self._queue.maxsize)
         self._wake = asyncio.Event()
@@ -306,15 +313,15 @@ class Executor:
             starts = self._pop(self._starts, now)
             if starts:
                 self.backlog.add(starts[0][2], [eid for eid, _, _ in starts])
-            for eid, job, due in self._pop(self._calls, now + DISPATCH_WINDOW):
-                assert job is not None
+            for job, eids, dues in self._jobs(self._pop(self._calls, now + DISPATCH_WINDOW)):
                 if self._queue.full():  # every worker busy: wait for one (and the time moves)
-                    await self._queue.put((job, eid))
+                    await self._queue.put((job, eids))
                     now = self.clock.now()
                 else:
-                    self._queue.put_nowait((job, eid))
-                if job is _Job.LOOK:
-                    self._lateness.observe(max(0.0, (now - due).total_seconds()))
+                    self._queue.put_nowait((job, eids))
+                if job is _Job.LOOK or job is _Job.BATCH:
+                    for due in dues:
+                        self._lateness.observe(max(0.0, (now - due).total_seconds()))
             earliest = [heap[0][0] for heap in (self._starts, self._calls) if heap]
             delay = (min(earliest) - self.clock.now()).total_seconds() if earliest else None
             await self.clock.wait(self._wake, delay)
@@ -331,6 +338,23 @@ class Executor:
                 del self._plans[eid]
                 due.append((eid, plan[1], when))
         return due
+
+    def _jobs(self, popped: list[tuple[str, _Job | None, datetime]]) -> list[_Planned]:
+        """The popped call plans as the workers' jobs (with when each was due): one each,
+        but the polls of batch-polled executions in batches (``batch.batch_key``)."""
+        jobs: list[_Planned] = []
+        keyed: list[tuple[tuple[str, datetime], BatchKey]] = []
+        now = self.clock.now()
+        for eid, job, due in popped:
+            assert job is not None
+            key = job is _Job.LOOK and batch_key(self.held.get(eid), self.calls, self.stopping, now)
+            if key:
+                keyed.append(((eid, due), key))
+            else:
+                jobs.append((job, (eid,), (due,)))
+        for batch in in_batches(keyed):
+            jobs.append((_Job.BATCH, tuple(e for e, _ in batch), tuple(d for _, d in batch)))
+        return jobs
 
     async def _start_due(self) -> None:
         """Start the claimed executions that fell due, many in one decision."""
@@ -369,27 +393,36 @@ class Executor:
                     self._plan(execution.eid, retry_at, None)
             return
         for execution in started:
-            await self._queue.put((_Job.TRIGGER, execution.eid))
+            await self._queue.put((_Job.TRIGGER, (execution.eid,)))
 
     async def _work(self) -> None:
         while True:
-            job, eid = await self._queue.get()
+            job, eids = await self._queue.get()
             self._busy += 1
             try:
-                if job is _Job.LOOK:
-                    await self.polls.look_at(eid)
+                if job is _Job.BATCH:
+                    await self.polls.look_at_many(eids, self._failed)
+                elif job is _Job.LOOK:
+                    await self.polls.look_at(eids[0])
                 else:
-                    execution = self.held.get(eid)
-                    if execution is not None and eid not in self.stopping:
+                    execution = self.held.get(eids[0])
+                    if execution is not None and eids[0] not in self.stopping:
                         await self.triggers.send(execution, fresh=job is _Job.TRIGGER)
-            except UnknownTask as exc:
-                await self._hand_back(eid, exc)
-            except Exception:
-                log.exception("poll_failed_unexpectedly", execution_id=eid)
-                if eid in self.held:
-                    self.schedule(eid, self.clock.now() + RETRY_AFTER_ERROR)
+            except Exception as exc:
+                for eid in eids:
+                    await self._failed(eid, exc)
             finally:
                 self._busy -= 1
+
+    async def _failed(self, eid: str, exc: Exception) -> None:
+        """Looking at ``eid`` failed unexpectedly: hand it back when this node does not know
+        its task, else log it and look again a little later."""
+        if isinstance(exc, UnknownTask):
+            await self._hand_back(eid, exc)
+            return
+        log.error("poll_failed_unexpectedly", execution_id=eid, exc_info=exc)
+        if eid in self.held:
+            self.schedule(eid, self.clock.now() + RETRY_AFTER_ERROR)
 
     async def _hand_back(self, eid: str, exc: UnknownTask) -> None:
         """This node does not know the execution's task: release it for a node that does."""

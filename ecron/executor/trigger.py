@@ -30,6 +30,7 @@ from ecron.backoff import exponential
 from ecron.clock import Clock
 from ecron.config.model import CallSettings, TriggerRetry
 from ecron.core import Execution, Status, Transition, current_step
+from ecron.executor import batch
 from ecron.executor.calls import Calls
 from ecron.executor.http import CallContext, CallOutcome, HttpCaller, OutcomeKind
 from ecron.executor.outcomes import RETRYABLE, trigger_event
@@ -225,7 +226,7 @@ class _Attempt:
             # (the service answers a known id with its current report).
             return await caller.trigger(self.call, self.ctx)
         if self.probe_first:
-            probe = await caller.poll(self.call, self.ctx)
+            probe = await batch.probe(caller, self.call, self.ctx)
             if probe.kind is OutcomeKind.REPORT:
                 return probe
             if probe.kind is not OutcomeKind.UNKNOWN:
@@ -238,7 +239,7 @@ class _Attempt:
         self.probe_first = True
         if self.ctx.eid in self.triggers.stopping:
             return outcome  # cancelled meanwhile: nothing more is sent
-        probe = await caller.poll(self.call, self.ctx)
+        probe = await batch.probe(caller, self.call, self.ctx)
         if probe.kind is OutcomeKind.REPORT:
             return probe
         if probe.kind is OutcomeKind.UNKNOWN:
