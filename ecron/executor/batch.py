@@ -5,10 +5,11 @@ UNKNOWN, and an answer that is not a 2xx ``{"reports": {...}}`` as every id's fa
 
 The headers of a batch call are the task's own, ``X-Ecron-Task``, ``X-Ecron-Report-Stream``
 where the daemon has a queue and, where the task has a ``secret``, ``X-Ecron-Signature``
-(over the path and query as sent, with an empty body); none that belongs to one execution (its id, its times, its callback URL and token), since the call
-is about many. A 404 is not read as UNKNOWN for every id: it says the batch endpoint is
-missing, not that the service lost the ids, so it is a failed call (``REJECTED``): a failed
-probe for each id, as any other 4xx would be.
+(over the path and query as sent, with an empty body); none that belongs to one execution
+(its id, its times, its callback URL and token), since the call is about many. A 404 is not
+read as UNKNOWN for every id: it says the batch endpoint is missing, not that the service
+lost the ids, so it is a failed call (``REJECTED``): a failed probe for each id, as any
+other 4xx would be.
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ async def batch_service(duration: float = 60.0) -> AsyncIterator[BatchService]:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = runner.addresses[0][1]
     users.url = batch.url = f"http://127.0.0.1:{port}"
     try:
         yield batch
