@@ -53,6 +53,12 @@ FAILED = "failed"
 OUTCOMES = (*(str(outcome) for outcome in Pushed), FAILED)
 #: The most ``XAUTOCLAIM`` pages taken in one claim round.
 CLAIM_PAGES = 10
+#: A consumer of the group that read nothing for this long and holds no message (a node
+#: that stopped or died, under a node id that will not come back: ``node_id: auto``) is
+#: deleted from the group, so that restarts do not pile up consumers (seconds).
+FORGET_AFTER = 3600.0
+#: How often the group's consumers are looked over for such ones (seconds).
+SWEEP_EVERY = 600.0
 
 Message = tuple[bytes, dict[bytes, bytes] | None]
 
@@ -98,6 +104,7 @@ class QueueConsumer:
         self._idle_ms = max(1, int(claim_idle * 1000))
         self._every = min(BLOCK, claim_idle / 2)
         self._next_claim = 0.0
+        self._next_sweep = 0.0
         self._handling_failed = 0
         self._stopping = asyncio.Event()
 
@@ -153,6 +160,9 @@ class QueueConsumer:
         if time.monotonic() >= self._next_claim:
             await self._claim()
             self._next_claim = time.monotonic() + self._every
+        if time.monotonic() >= self._next_sweep:
+            await self._forget_gone_consumers()
+            self._next_sweep = time.monotonic() + SWEEP_EVERY
         reading = asyncio.ensure_future(self._read(">", block=self._every))
         stopping = asyncio.ensure_future(self._stopping.wait())
         try:
@@ -204,6 +214,23 @@ class QueueConsumer:
                 await self._handle_all(messages)
             if start in (b"0-0", "0-0"):
                 return
+
+    async def _forget_gone_consumers(self) -> None:
+        """Delete the group's consumers other than this one that hold no message and have
+        not read for ``FORGET_AFTER`` (a live node reads every second or so; what a dead one
+        held was claimed after ``claim_idle``). Only an empty consumer is deleted, so that
+        no pending message is dropped with it."""
+        consumers: Any = await self.client.xinfo_consumers(
+            self.settings.stream, self.settings.group
+        )
+        for consumer in consumers:
+            name = consumer["name"]
+            name = name.decode() if isinstance(name, bytes) else str(name)
+            idle = int(consumer.get("inactive", consumer["idle"])) / 1000
+            if name == self.node_id or int(consumer["pending"]) or idle < FORGET_AFTER:
+                continue
+            await self.client.xgroup_delconsumer(self.settings.stream, self.settings.group, name)
+            log.info("queue_consumer_forgotten", consumer=name, idle_seconds=round(idle))
 
     async def _handle_all(self, messages: Sequence[Message]) -> None:
         """Handle each message in order; acknowledge the handled ones in one call."""

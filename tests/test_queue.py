@@ -20,6 +20,7 @@ import pytest
 from aiohttp import web
 from redis.asyncio import Redis
 
+import ecron.queue as queue_module
 from ecron.config.model import QueueSettings, TaskSpec
 from ecron.core import Reason, Status
 from ecron.daemon import Daemon
@@ -377,9 +378,10 @@ def looks(r: Rig) -> float:
 
 
 @asynccontextmanager
-async def consuming(r: Rig, server: RedisServer) -> AsyncIterator[QueueConsumer]:
-    """A queue consumer on a rig's parts (the rig's callback secret is ``test``), running."""
-    settings = QueueSettings.model_validate(queue_of(server))
+async def consuming(r: Rig, server: RedisServer, **keys: Any) -> AsyncIterator[QueueConsumer]:
+    """A queue consumer on a rig's parts (the rig's callback secret is ``test``), running;
+    ``keys``: queue settings other than the tests' defaults."""
+    settings = QueueSettings.model_validate(queue_of(server, **keys))
     consumer = QueueConsumer(
         settings=settings,
         client=connect(settings),
@@ -540,3 +542,37 @@ def rig_count(r: Rig, outcome: str) -> float:
         "ecron_queue_messages_total", {"outcome": outcome}
     )
     return value or 0.0
+
+
+async def test_consumers_of_gone_nodes_are_deleted_from_the_group_unless_they_hold_messages(
+    database_url: str,
+    user_service: UserService,
+    redis_server: RedisServer,
+    client: Redis,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Restarts under ``node_id: auto`` leave consumers behind: one that holds no message and
+    read nothing for FORGET_AFTER (here 0 s) is deleted by the live node's sweep; one that
+    still holds a message (not yet claimed: claim_idle 1h) is kept, and so is the node."""
+    monkeypatch.setattr(queue_module, "FORGET_AFTER", 0.0)
+    await client.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
+    await client.xgroup_createconsumer(STREAM, GROUP, "gone-empty")
+    await send(client, "nobody", {"status": "RUNNING"}, "t")
+    await client.xreadgroup(GROUP, "gone-holding", {STREAM: ">"}, count=1)
+
+    async def swept() -> bool:
+        return await consumer_names(client) == {"gone-holding", "n1"}
+
+    spec = task("job", f"{user_service.url}/jobs/x")
+    async with (
+        rig(database_url, [spec], T0) as r,
+        consuming(r, redis_server, claim_idle="1h"),
+    ):
+        await wait_for(swept, timeout=5)
+    assert await pending(client) == 1
+
+
+async def consumer_names(client: Redis) -> set[str]:
+    """The names of the group's consumers."""
+    consumers: Any = await client.xinfo_consumers(STREAM, GROUP)
+    return {c["name"].decode() if isinstance(c["name"], bytes) else c["name"] for c in consumers}
