@@ -142,6 +142,7 @@ def test_validate_notes_a_poll_interval_longer_than_the_task_timeout(tmp_path: P
     deadline; a task in callback mode, never polled, gets no note."""
     write_config(
         tmp_path,
+        "public_url: http://ecron.internal:8080\n",
         a="""\
         tasks:
           - {name: slow, schedule: manual, url: "http://s/a", poll_interval: 1h, task_timeout: 30m}
@@ -171,6 +172,7 @@ def test_validate_notes_a_batch_poll_url_on_a_call_that_is_never_polled(tmp_path
     never used: ``ecron validate`` notes it; in mode poll it gets no note."""
     write_config(
         tmp_path,
+        "public_url: http://ecron.internal:8080\nqueue: {url: redis://redis:6379/0}\n",
         a="""\
         tasks:
           - {name: pushed, schedule: manual, url: "http://s/a", mode: callback,
@@ -190,6 +192,45 @@ def test_validate_notes_a_batch_poll_url_on_a_call_that_is_never_polled(tmp_path
         "note: task 'etl' step 2 (b): batch_poll_url is never used: a call in mode queue is "
         "never polled.",
     ]
+
+
+@pytest.mark.parametrize(
+    ("daemon", "notes"),
+    [
+        ("", ["pushed", "queued"]),
+        ("public_url: http://ecron.internal:8080\n", ["queued"]),
+        ("queue: {url: redis://redis:6379/0}\n", []),
+    ],
+)
+def test_validate_notes_a_pushed_only_call_the_daemon_gives_no_way_to_push(
+    tmp_path: Path, daemon: str, notes: list[str]
+) -> None:
+    """mode queue without a ``queue``, and mode callback with neither a ``public_url`` nor a
+    ``queue`` (a queue carries the callback token too), are taken but noted: the service is
+    given nothing to report to."""
+    write_config(
+        tmp_path,
+        daemon or "{}\n",
+        a="""\
+        tasks:
+          - {name: pushed, schedule: manual, url: "http://s/a", mode: callback}
+          - {name: queued, schedule: manual, url: "http://s/b", mode: queue}
+          - {name: polled, schedule: manual, url: "http://s/c"}
+        """,
+    )
+
+    code, lines = validation_report(tmp_path, NOW, environ={})
+
+    expected = {
+        "pushed": "note: task 'pushed': mode callback, but ecron.yaml sets no public_url (or "
+        "ECRON_PUBLIC_URL): its service is given no URL to report to, and it ends FAILED "
+        "unreachable after heartbeat_timeout unless it reports another way.",
+        "queued": "note: task 'queued': mode queue, but ecron.yaml sets no queue.url (or "
+        "ECRON_QUEUE_URL): its service is given no stream to report to, and it ends FAILED "
+        "unreachable after heartbeat_timeout unless it reports another way.",
+    }
+    assert code == 0
+    assert lines[3:] == [expected[name] for name in notes]
 
 
 async def test_a_poll_interval_longer_than_the_task_timeout_still_times_out_at_the_deadline(

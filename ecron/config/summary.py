@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ecron.config.loader import load_config
-from ecron.config.model import CallSettings, Config, TaskSpec
+from ecron.config.model import CallSettings, Config, DaemonSettings, TaskSpec
 from ecron.durations import format_duration
 from ecron.errors import ConfigError
 from ecron.schedules import ScheduleKind
@@ -31,8 +31,10 @@ def validation_report(
 def notes(config: Config) -> list[str]:
     """Lines about settings that are taken but likely not meant: a call in poll mode whose
     ``poll_interval`` is longer than its ``task_timeout`` (never polled before its deadline;
-    fine where the service reports by callback, hence not an error), and a ``batch_poll_url``
-    on a call that is never polled (``mode: callback`` or ``queue``)."""
+    fine where the service reports by callback, hence not an error), a ``batch_poll_url``
+    on a call that is never polled (``mode: callback`` or ``queue``), and a call that is
+    only pushed to where the daemon offers no way to push (``mode: callback`` without a
+    ``public_url``, ``mode: queue`` without a ``queue``)."""
     found = []
     for task in config.tasks.values():
         numbers: list[int | None] = list(range(1, len(task.steps) + 1)) if task.steps else [None]
@@ -40,15 +42,23 @@ def notes(config: Config) -> list[str]:
             name = f"task {task.name!r}"
             if number is not None:
                 name += f" step {number} ({task.step_names[number - 1]})"
-            found += [f"note: {name}: {note}" for note in _call_notes(task.call(number))]
+            call = task.call(number)
+            found += [f"note: {name}: {note}" for note in _call_notes(call, config.daemon)]
     return found
 
 
-def _call_notes(call: CallSettings) -> list[str]:
+def _call_notes(call: CallSettings, daemon: DaemonSettings) -> list[str]:
     if call.mode != "poll":
-        if call.batch_poll_url is None:
-            return []
-        return [f"batch_poll_url is never used: a call in mode {call.mode} is never polled."]
+        found = []
+        if call.batch_poll_url is not None:
+            found.append(
+                f"batch_poll_url is never used: a call in mode {call.mode} is never polled."
+            )
+        if call.mode == "queue" and daemon.queue is None:
+            found.append(_unpushable("queue", "queue.url (or ECRON_QUEUE_URL)", "no stream"))
+        elif call.mode == "callback" and daemon.public_url is None and daemon.queue is None:
+            found.append(_unpushable("callback", "public_url (or ECRON_PUBLIC_URL)", "no URL"))
+        return found
     if call.poll_interval <= call.task_timeout:
         return []
     return [
@@ -56,6 +66,14 @@ def _call_notes(call: CallSettings) -> list[str]:
         f"{format_duration(call.task_timeout)}: it is never polled before its deadline, so it "
         "ends TIMED_OUT unless its trigger's answer or a callback ends it first."
     ]
+
+
+def _unpushable(mode: str, how: str, given: str) -> str:
+    return (
+        f"mode {mode}, but ecron.yaml sets no {how}: its service is given {given} to report "
+        "to, and it ends FAILED unreachable after heartbeat_timeout unless it reports another "
+        "way."
+    )
 
 
 def task_lines(config: Config, now: datetime) -> list[str]:
