@@ -20,7 +20,7 @@ WORKDIR /srv/ecron
 COPY pyproject.toml README.md ./
 COPY ecron ./ecron
 COPY examples ./examples
-RUN pip install --no-cache-dir . \
+RUN pip install --no-cache-dir '.[redis]' \
  && useradd --system --uid 10001 --user-group --home-dir /srv/ecron --shell /usr/sbin/nologin ecron \
  && mkdir -p /etc/ecron /var/lib/ecron \
  && chown ecron:ecron /var/lib/ecron

@@ -217,6 +217,28 @@ def test_the_config_the_compose_nodes_mount_passes_ecron_validate() -> None:
                 assert args[args.index("--port") + 1] == str(url.port), spec.name
 
 
+def test_compose_nodes_read_the_report_stream_of_the_redis_service_the_worker_writes_to() -> None:
+    """Both nodes have a ``queue`` on the compose Redis service; the queue worker is given
+    the same Redis; a task in mode queue calls it; and the image the nodes run installs
+    the ``redis`` extra, which a queue needs."""
+    spec = compose()
+    queues = {
+        load_config(node_config_dir(s), node_environment(s)).daemon.queue
+        for s in ecron_nodes(spec).values()
+    }
+    assert len(queues) == 1
+    (queue,) = queues
+    assert queue is not None
+    redis = spec["services"][str(urlsplit(queue.url).hostname)]
+    assert redis["image"].startswith("redis:")
+    worker = command(spec["services"]["queue-worker"])
+    assert worker[worker.index("--redis") + 1] == queue.url
+    (node,) = list(ecron_nodes(spec).values())[:1]
+    tasks = load_config(node_config_dir(node), node_environment(node)).tasks.values()
+    assert any(t.mode == "queue" and "queue-worker" in str(t.url) for t in tasks)
+    assert any("'.[redis]'" in run.value[0] for run in instructions("RUN"))
+
+
 def test_compose_healthchecks_ask_readyz_of_the_nodes_on_their_listen_port() -> None:
     """Each node's healthcheck asks ``/readyz`` (served without the token) on the port the
     node listens on; the image's own check, on ``/healthz``, is checked with the Dockerfile."""
