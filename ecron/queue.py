@@ -51,6 +51,10 @@ BACKOFF, MAX_BACKOFF = 0.1, 5.0
 FAILED = "failed"
 #: Every outcome counted (the label values of ``ecron_queue_messages_total``).
 OUTCOMES = (*(str(outcome) for outcome in Pushed), FAILED)
+#: The largest report a message may carry (bytes): the callback endpoint's body limit.
+REPORT_LIMIT = 1024 * 1024
+#: The most of a message's ``execution_id`` quoted in a log line (real ids have at most 64).
+ID_SHOWN = 100
 #: The most ``XAUTOCLAIM`` pages taken in one claim round.
 CLAIM_PAGES = 10
 #: A consumer of the group that read nothing for this long and holds no message (a node
@@ -253,6 +257,10 @@ class QueueConsumer:
         if not remote:
             self._refused(message_id, remote, Pushed.MALFORMED, "the message has no execution_id")
             return True
+        if len(report) > REPORT_LIMIT:
+            why = f"the report is {len(report)} bytes, over the limit of {REPORT_LIMIT}"
+            self._refused(message_id, remote, Pushed.MALFORMED, why)
+            return True
 
         async def body() -> bytes:
             return report
@@ -281,7 +289,7 @@ class QueueConsumer:
         self._counted[str(outcome)].inc()
         log.warning(
             "queue_message_refused",
-            execution_id=remote,
+            execution_id=remote[:ID_SHOWN],
             message_id=_text(message_id),
             outcome=str(outcome),
             why=why,

@@ -311,8 +311,9 @@ async def test_malformed_and_unknown_messages_are_acknowledged_counted_and_logge
     make_daemon: DaemonFactory, user_service: UserService, redis_server: RedisServer, client: Redis
 ) -> None:
     """No execution_id, a report that is not JSON, one that is not a report, one saying
-    UNKNOWN (malformed), and an id ecron does not know (unknown): each acknowledged and
-    counted, the execution unchanged, and a warning naming the id but never the token."""
+    UNKNOWN, one over 1 MiB (malformed), and an id ecron does not know (unknown): each
+    acknowledged and counted, the execution unchanged, and a warning naming the id but
+    never the token."""
     from structlog.testing import capture_logs
 
     user_service.duration = 3600
@@ -327,14 +328,17 @@ async def test_malformed_and_unknown_messages_are_acknowledged_counted_and_logge
             await send(client, eid, "<html>", token)
             await send(client, eid, {"status": "DONE"}, token)
             await send(client, eid, {"status": "UNKNOWN"}, token)
+            huge = {"status": "SUCCESS", "message": "x" * (1024 * 1024)}
+            await send(client, eid, huge, token)
             await handled(client, await send(client, "no-such-id", {"status": "SUCCESS"}, token))
         after = await stored(daemon, eid)
         malformed, unknown = counted(daemon, "malformed"), counted(daemon, "unknown")
     assert after == before
-    assert (malformed, unknown) == (4, 1)
+    assert (malformed, unknown) == (5, 1)
     refusals = [line for line in logs if line["event"] == "queue_message_refused"]
-    assert [line["outcome"] for line in refusals] == ["malformed"] * 4 + ["unknown"]
-    assert [line["execution_id"] for line in refusals][1:] == [eid] * 3 + ["no-such-id"]
+    assert [line["outcome"] for line in refusals] == ["malformed"] * 5 + ["unknown"]
+    assert [line["execution_id"] for line in refusals][1:] == [eid] * 4 + ["no-such-id"]
+    assert "over the limit of 1048576" in refusals[4]["why"]
     assert all(line["log_level"] == "warning" for line in refusals)
     assert token not in repr(logs)
 
