@@ -8,6 +8,9 @@ keeps its jobs in memory, and serves (see docs/protocol.md):
   or answers the current report of the job already started for that eid.
 - ``GET /jobs/{kind}/{eid}``: poll. The job's current report; 404 ``UNKNOWN`` if unknown.
 - ``DELETE /jobs/{kind}/{eid}``: cancel. Stops the job and answers its final report.
+- ``GET /jobs/{kind}?ids=a,b,c``: batch poll (a task's ``batch_poll_url``). The reports of
+  the jobs it knows among those eids, as ``{"reports": {eid: report}}``; the others are
+  left out.
 
 The trigger body may hold ``{"duration": "8s"}`` (or a number of seconds) and
 ``{"fail": true}``. Run it with ``python examples/job_service.py --port 8081``.
@@ -109,7 +112,7 @@ def _unknown() -> web.Response:
 
 
 class JobService:
-    """The jobs this process knows, keyed by (kind, eid), and the three protocol calls."""
+    """The jobs this process knows, keyed by (kind, eid), and the protocol's calls."""
 
     def __init__(self, default_duration: float) -> None:
         self.default_duration = default_duration
@@ -146,6 +149,16 @@ class JobService:
         """GET /jobs/{kind}/{eid}: the job's current report, or 404 UNKNOWN."""
         job = self.jobs.get((request.match_info["kind"], request.match_info["eid"]))
         return _unknown() if job is None else web.json_response(job.report())
+
+    async def batch_poll(self, request: web.Request) -> web.Response:
+        """GET /jobs/{kind}?ids=a,b,c: the reports of the jobs known among ``ids``; an eid
+        this service does not know is left out (ecron reads that as UNKNOWN)."""
+        ids = request.query.get("ids", "")
+        if not ids:
+            return _error(400, "ids is missing: ask GET /jobs/{kind}?ids=<eid>,<eid>,...")
+        kind = request.match_info["kind"]
+        jobs = (self.jobs.get((kind, eid)) for eid in ids.split(","))
+        return web.json_response({"reports": {job.eid: job.report() for job in jobs if job}})
 
     async def cancel(self, request: web.Request) -> web.Response:
         """DELETE /jobs/{kind}/{eid}: stop the job and answer its final report."""
@@ -228,6 +241,7 @@ def make_app(
     app.add_routes(
         [
             web.post("/jobs/{kind}", service.trigger),
+            web.get("/jobs/{kind}", service.batch_poll),
             web.get("/jobs/{kind}/{eid}", service.poll),
             web.delete("/jobs/{kind}/{eid}", service.cancel),
         ]

@@ -98,6 +98,26 @@ async def test_a_triggered_job_runs_to_success_with_rising_progress(client: Clie
     assert reports[-1]["result"] == {"kind": "report", "seconds": 0.3}
 
 
+async def test_a_batch_poll_answers_the_known_jobs_of_its_kind_and_leaves_others_out(
+    client: Client,
+) -> None:
+    """`GET /jobs/{kind}?ids=a,b,c` answers `{"reports": ...}` with the report a poll of
+    each known job would answer; an eid never triggered, or triggered under another kind,
+    is left out. Without `ids` it answers 400."""
+    await trigger(client, "eid-batch", {"duration": "1h"})  # no step before the end
+    other = await client.post("/jobs/sync", json={}, headers=ecron_headers("eid-other"))
+    assert other.status == 200
+
+    response = await client.get("/jobs/report?ids=eid-batch,eid-never,eid-other")
+    assert response.status == 200
+    answer = await response.json()
+    single = await (await client.get("/jobs/report/eid-batch")).json()
+    assert answer == {"reports": {"eid-batch": single}}
+    missing = await client.get("/jobs/report")
+    assert missing.status == 400
+    assert "ids is missing" in (await missing.json())["error"]
+
+
 async def test_a_duration_may_be_written_with_a_unit_or_as_seconds(client: Client) -> None:
     """``{"duration": "200ms"}`` and ``{"duration": 0.2}`` both give a job of 0.2 s."""
     await trigger(client, "eid-text", {"duration": "200ms"})

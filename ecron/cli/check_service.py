@@ -15,14 +15,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
+from ecron.cli.checklist import Checklist, Verdict
 from ecron.cli.group import cli
-from ecron.cli.service_checks import (
-    Checklist,
-    CheckOptions,
-    Verdict,
-    check_templates,
-    run_checks,
-)
+from ecron.cli.service_checks import CheckOptions, check_templates, run_checks
 from ecron.config.model import CallSettings
 from ecron.durations import parse_duration
 
@@ -111,6 +106,12 @@ def call_settings(url: str, **keys: Any) -> CallSettings:
     help="The task's poll_url template, if it has one.",
 )
 @click.option(
+    "--batch-poll-url",
+    default=None,
+    metavar="URL",
+    help="The task's batch_poll_url, if it has one: ask it about the eid and an unknown one.",
+)
+@click.option(
     "--cancel-url",
     default=None,
     metavar="TEMPLATE",
@@ -156,6 +157,7 @@ def check_service_command(
     headers: dict[str, str],
     body: Any,
     poll_url: str | None,
+    batch_poll_url: str | None,
     cancel_url: str | None,
     task: str,
     timeout: timedelta,
@@ -165,8 +167,9 @@ def check_service_command(
 ) -> None:
     """Check that the user service at URL (a task's url) follows the HTTP task protocol.
 
-    It triggers a new execution id, polls it, triggers it again, cancels it, and asks
-    about an id the service never saw; it prints each rule, passed or failed and why, and
+    It triggers a new execution id, polls it, triggers it again, (with --batch-poll-url)
+    asks the batch endpoint about it and an id the service never saw in one call, cancels
+    it, and asks about that unknown id; it prints each rule, passed or failed and why, and
     exits 1 when one failed. Whatever it started, it cancels.
     """
     call = call_settings(
@@ -174,6 +177,7 @@ def check_service_command(
         headers=headers,
         body=body,
         poll_url=poll_url,
+        batch_poll_url=batch_poll_url,
         cancel_url=cancel_url,
         request_timeout=timeout,
         secret=secret or None,

@@ -4,73 +4,43 @@ Every request goes out through the executor's own ``HttpCaller`` (the same heade
 same signature, the same body cap and timeouts) and every answer is read by its
 ``classify`` and ``core.parse_report``: what passes here is what the daemon will accept.
 The checks run in a fixed order on one fresh execution id, and whatever they started is
-cancelled at the end, whatever failed on the way.
+cancelled at the end, whatever failed on the way. With a ``batch_poll_url`` the batch
+endpoint is asked too, by ``executor/batch.py``'s own ``batch_answer`` (judged in
+``batch_checks``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
-from typing import Any
 
 import aiohttp
 
+from ecron.cli.batch_checks import judge_batch
+from ecron.cli.checklist import (
+    FINAL,
+    Checklist,
+    Verdict,
+    moved,
+    report_warnings,
+    restarted,
+    rules_checked,
+    said,
+    seen,
+    signing_hint,
+)
 from ecron.config.model import CallSettings
 from ecron.core import RemoteStatus, Report
+from ecron.executor.batch import batch_answer
 from ecron.executor.http import CallContext, CallOutcome, HttpCaller, OutcomeKind, expand
 from ecron.executor.outcomes import CANCEL_RETRYABLE
 from ecron.ids import new_eid
 
-
-class Verdict(StrEnum):
-    """How one rule went."""
-
-    #: The service did what PROTOCOL.md asks.
-    PASS = "pass"  # noqa: S105  (a verdict, not a password)
-    #: ecron copes with what the service did, but it is not what the protocol asks.
-    WARN = "warn"
-    #: The service broke the rule: ecron would not run its tasks as meant.
-    FAIL = "fail"
-    #: Not checked, because an earlier rule failed.
-    SKIP = "skip"
-
-
-#: Worse verdicts win when one rule sees several answers.
-_RANK = {Verdict.PASS: 0, Verdict.SKIP: 1, Verdict.WARN: 2, Verdict.FAIL: 3}
-
-#: Every rule, in the order it is checked, and what it asks of the service.
-RULES: dict[str, str] = {
-    "trigger": "a trigger (POST) with a new eid answers 2xx and a report",
-    "poll": "a poll (GET) of that eid answers 2xx and a report",
-    "repeat-trigger": "a second trigger with the same eid answers 2xx and that execution's report",
-    "nothing-started-twice": "the repeat and the poll after it show the same execution going on",
-    "cancel": "a cancel (DELETE) of that eid is acknowledged",
-    "stopped-after-cancel": "after the cancel, polls show the execution ended",
-    "unknown-poll": "a poll of an eid never triggered answers 404 or UNKNOWN",
-    "unknown-cancel": "a cancel of an eid never triggered answers 404 or UNKNOWN",
-}
-
 #: The deadline sent with the checks' calls: work the check could not cancel stops by itself
 #: at a service that honours ``X-Ecron-Deadline``.
 DEADLINE = timedelta(minutes=10)
-_FINAL = frozenset({RemoteStatus.SUCCESS, RemoteStatus.FAILED})
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    """The verdict on one rule, and what was seen."""
-
-    rule: str
-    verdict: Verdict
-    detail: str
-
-    @property
-    def says(self) -> str:
-        """The rule in words."""
-        return RULES[self.rule]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,89 +53,6 @@ class CheckOptions:
     watch: float = 3.0
     #: Seconds between two polls while watching.
     poll_interval: float = 0.25
-
-
-@dataclass
-class Checklist:
-    """Every rule's verdict, for one service."""
-
-    url: str
-    eid: str
-    unknown_eid: str
-    checks: dict[str, Check] = field(default_factory=dict)
-
-    @property
-    def passed(self) -> bool:
-        """True when no rule failed (warnings do not fail the check)."""
-        return all(check.verdict is not Verdict.FAIL for check in self.checks.values())
-
-    def ordered(self) -> list[Check]:
-        """The checks in the order of ``RULES``; a rule never reached is skipped."""
-        skipped = Check("", Verdict.SKIP, "not checked: an earlier rule failed")
-        return [self.checks.get(rule, _replace_rule(skipped, rule)) for rule in RULES]
-
-    def note(self, rule: str, verdict: Verdict, detail: str) -> None:
-        """Record a verdict on ``rule``: it replaces an earlier one unless that was worse, so
-        that a rule seeing several answers keeps the worst (and, of equals, the latest)."""
-        known = self.checks.get(rule)
-        if known is None or _RANK[verdict] >= _RANK[known.verdict]:
-            self.checks[rule] = Check(rule, verdict, detail)
-
-    def as_json(self) -> dict[str, Any]:
-        """The checklist as a JSON object (``--json``)."""
-        checks = self.ordered()
-        return {
-            "url": self.url,
-            "execution_id": self.eid,
-            "unknown_execution_id": self.unknown_eid,
-            "passed": self.passed,
-            "counts": {v.value: sum(c.verdict is v for c in checks) for v in Verdict},
-            "checks": [
-                {"rule": c.rule, "says": c.says, "verdict": c.verdict.value, "detail": c.detail}
-                for c in checks
-            ],
-        }
-
-
-def _replace_rule(check: Check, rule: str) -> Check:
-    return Check(rule, check.verdict, check.detail)
-
-
-def seen(outcome: CallOutcome) -> str:
-    """What an answer was, in a few words: ``HTTP 200, RUNNING 40%: step 8 of 20``."""
-    report = outcome.report
-    if report is not None:
-        text = f"HTTP {outcome.http_status}, {_said(report)}"
-        return text + (f": {report.message[:100]}" if report.message else "")
-    if outcome.kind is OutcomeKind.BAD_REPORT:
-        return f"HTTP {outcome.http_status}, not a report ({outcome.detail})"
-    if outcome.http_status is not None:
-        return f"HTTP {outcome.http_status}"
-    return outcome.detail
-
-
-def _said(report: Report) -> str:
-    """A report in a few words: ``RUNNING 40%``."""
-    return f"{report.status}" + ("" if report.progress is None else f" {report.progress:g}%")
-
-
-def restarted(before: list[Report], after: Report) -> str | None:
-    """Why ``after`` cannot be the same execution as the reports ``before`` it, or None:
-    an ended execution running again, or its progress gone back."""
-    ended = next((report for report in before if report.status in _FINAL), None)
-    if ended is not None and after.status is not ended.status:
-        return f"it had ended {ended.status}, then answered {after.status}"
-    top = max((r.progress for r in before if r.progress is not None), default=None)
-    if top is not None and after.progress is not None and after.progress < top:
-        return f"its progress went back from {top:g}% to {after.progress:g}%"
-    return None
-
-
-def moved(first: Report, later: Report) -> bool:
-    """True when ``later`` shows the execution further on than ``first``."""
-    return later.status is not first.status or (
-        later.progress is not None and later.progress != first.progress
-    )
 
 
 def check_templates(call: CallSettings) -> None:
@@ -202,7 +89,8 @@ class ServiceCheck:
         eid, unknown = new_eid(), new_eid()
         self.ctx = CallContext(eid, eid, options.task, now, now + DEADLINE, 1)
         self.unknown_ctx = CallContext(unknown, unknown, options.task, now, now + DEADLINE, 1)
-        self.checklist = Checklist(self.call.url, eid, unknown)
+        rules = rules_checked(self.call.batch_poll_url is not None)
+        self.checklist = Checklist(self.call.url, eid, unknown, rules=rules)
         #: Every report seen about the eid, in order, and how many polls were made.
         self.reports: list[Report] = []
         self.polls = 0
@@ -218,6 +106,8 @@ class ServiceCheck:
             accepted = self._trigger(first)
             if accepted:
                 await self._watch_and_repeat()
+                if self.call.batch_poll_url is not None:
+                    await self._batch()
         finally:  # even after an error or Ctrl-C: leave nothing running on the service
             cancel = await self._send_cancel()
         self._judge_cancel(cancel, accepted)
@@ -231,7 +121,7 @@ class ServiceCheck:
         if outcome.kind is OutcomeKind.REPORT:
             assert outcome.report is not None
             self.reports.append(outcome.report)
-            verdict, extra = _report_warnings(outcome.report)
+            verdict, extra = report_warnings(outcome.report)
             if outcome.report.status is RemoteStatus.FAILED:
                 extra += " (the work failed at once: does the service want a --body?)"
             note("trigger", verdict, seen(outcome) + extra)
@@ -248,11 +138,7 @@ class ServiceCheck:
         return False
 
     def _signing_hint(self, outcome: CallOutcome) -> str:
-        if outcome.http_status not in (401, 403):
-            return ""
-        if self.call.secret:
-            return " (the signature was refused: is --secret the service's, and its clock right?)"
-        return " (does the service want signed requests? pass --secret)"
+        return signing_hint(outcome, bool(self.call.secret))
 
     async def _watch_and_repeat(self) -> None:
         """Poll until the execution moves, trigger it again, poll once more, and judge."""
@@ -278,8 +164,8 @@ class ServiceCheck:
             self.checklist.note(rule, Verdict.FAIL, detail)
         elif not polled:
             self.checklist.note(rule, Verdict.SKIP, "not checked: the polls failed")
-        elif any(moved(before[0], report) or report.status in _FINAL for report in self.reports):
-            self.checklist.note(rule, Verdict.PASS, f"the repeat answered {_said(repeat)}")
+        elif any(moved(before[0], report) or report.status in FINAL for report in self.reports):
+            self.checklist.note(rule, Verdict.PASS, f"the repeat answered {said(repeat)}")
         else:
             self.checklist.note(
                 rule,
@@ -297,7 +183,7 @@ class ServiceCheck:
             report = await self._poll("poll")
             if report is None:
                 return False
-            if moved(first, report) or report.status in _FINAL or time.monotonic() >= until:
+            if moved(first, report) or report.status in FINAL or time.monotonic() >= until:
                 return True
 
     async def _poll(self, rule: str) -> Report | None:
@@ -307,7 +193,7 @@ class ServiceCheck:
             assert outcome.report is not None
             self.reports.append(outcome.report)
             self.polls += 1
-            verdict, extra = _report_warnings(outcome.report)
+            verdict, extra = report_warnings(outcome.report)
             detail = f"{self.polls} polls, the last: {seen(outcome)}{extra}"
             self.checklist.note(rule, verdict, detail)
             return outcome.report
@@ -326,7 +212,7 @@ class ServiceCheck:
         if outcome.kind is OutcomeKind.REPORT:
             assert outcome.report is not None
             self.reports.append(outcome.report)
-            verdict, extra = _report_warnings(outcome.report)
+            verdict, extra = report_warnings(outcome.report)
             self.checklist.note("repeat-trigger", verdict, seen(outcome) + extra)
             return True
         why = {
@@ -339,6 +225,19 @@ class ServiceCheck:
         detail = f"{seen(outcome)}: {why}{self._signing_hint(outcome)}"
         self.checklist.note("repeat-trigger", Verdict.FAIL, detail)
         return False
+
+    async def _batch(self) -> None:
+        """One batch poll about the eid and the unknown eid, sent and read as ecron does,
+        then one more poll of the eid (if polls work), so the batch report sits between
+        two polls; the batch rules judge them."""
+        before = list(self.reports)
+        ctxs = [self.ctx, self.unknown_ctx]
+        answer, outcomes = await batch_answer(self.caller, self.call, ctxs)
+        polls_work = self.polls > 0 and not self.checklist.failed("poll")
+        after = None
+        if answer.reports is not None and polls_work:
+            after = await self._poll("poll")
+        judge_batch(self.checklist, answer, outcomes, before, after, bool(self.call.secret))
 
     async def _send_cancel(self) -> CallOutcome:
         """The cancel call, tried once more after a transient failure as ecron does."""
@@ -409,11 +308,3 @@ class ServiceCheck:
         else:
             why = "only 404 or UNKNOWN tells ecron that the work never started"
             note(rule, Verdict.FAIL, f"{seen(outcome)}: {why}{self._signing_hint(outcome)}")
-
-
-def _report_warnings(report: Report) -> tuple[Verdict, str]:
-    """WARN and the parts ecron ignored, when a report had any (e.g. a progress that is not a
-    number); else PASS."""
-    if not report.warnings:
-        return Verdict.PASS, ""
-    return Verdict.WARN, f" (ecron ignores: {'; '.join(report.warnings)})"

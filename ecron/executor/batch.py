@@ -107,6 +107,15 @@ async def batch_poll(
 ) -> dict[str, CallOutcome]:
     """One batch poll about ``ctxs`` (calls of one task under ``call``, at most
     ``BATCH_LIMIT``): each remote id's outcome."""
+    return (await batch_answer(caller, call, ctxs))[1]
+
+
+async def batch_answer(
+    caller: HttpCaller, call: CallSettings, ctxs: Sequence[CallContext]
+) -> tuple[CallOutcome, dict[str, CallOutcome]]:
+    """One batch poll about ``ctxs``: the answer as ``read_batch`` read it (with its
+    ``reports``, or what failed) and each remote id's outcome. ``ecron check-service``
+    judges both; the daemon needs only the second (``batch_poll``)."""
     assert call.batch_poll_url is not None and 0 < len(ctxs) <= BATCH_LIMIT
     ids = [ctx.remote_id for ctx in ctxs]
     url = batch_target(call.batch_poll_url, ids)
@@ -119,7 +128,7 @@ async def batch_poll(
         headers["X-Ecron-Signature"] = signature(call.secret, "GET", url.raw_path_qs, b"", stamp)
     answer = await caller.get(url, call, ctxs[0], headers, read=read_batch, name=CALL_NAME)
     if answer.reports is None:  # the call failed: a failed probe of every id in it
-        return dict.fromkeys(ids, answer)
+        return answer, dict.fromkeys(ids, answer)
     outcomes = {}
     for remote_id in ids:
         if remote_id not in answer.reports:
@@ -129,7 +138,7 @@ async def batch_poll(
         if outcome.detail:  # it becomes the execution's message: it quotes no secret
             outcome = replace(outcome, detail=scrubbed(outcome.detail, headers))
         outcomes[remote_id] = outcome
-    return outcomes
+    return answer, outcomes
 
 
 async def probe(caller: HttpCaller, call: CallSettings, ctx: CallContext) -> CallOutcome:
@@ -164,6 +173,14 @@ def read_batch(
         return CallOutcome(OutcomeKind.BAD_REPORT, http_status=status, detail=detail)
     reports = body.get("reports") if isinstance(body, dict) else None
     if not isinstance(reports, dict):
-        detail = 'a batch poll answer is a JSON object with a "reports" object'
+        detail = (
+            f'a batch poll answer is a JSON object with a "reports" object, not {excerpt(content)}'
+        )
         return CallOutcome(OutcomeKind.BAD_REPORT, http_status=status, detail=detail)
     return CallOutcome(OutcomeKind.REPORT, http_status=status, reports=reports)
+
+
+def excerpt(content: bytes, limit: int = 100) -> str:
+    """The start of an answer's body on one line, for a message: ``{"status": "RUNNING"}``."""
+    text = " ".join(content.decode("utf-8", "replace").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
