@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -842,3 +843,29 @@ def test_a_second_cancel_sent_changes_nothing() -> None:
     second = apply(first, CancelSent(), T0 + timedelta(seconds=5))
     assert first.cancel_sent_at == T0
     assert not second.changed and second.after.cancel_sent_at == T0
+
+
+def test_evolve_changes_exactly_the_fields_given_and_keeps_every_other() -> None:
+    """``evolve`` (the hot paths' copy, generated code) makes a new Execution equal to
+    ``dataclasses.replace`` with the same changes, in any order, leaving the original as it
+    was."""
+    original = running(message="working", progress=12.5, probe_failures=2)
+    frozen_before = copy.copy(original)
+    for changes in (
+        {"version": 7},
+        {"progress": 50.0, "message": None, "version": 3},
+        {"version": 3, "message": None, "progress": 50.0},
+        {},
+    ):
+        evolved = original.evolve(**changes)
+        assert evolved is not original
+        assert evolved == dataclasses.replace(original, **changes)
+    assert original == frozen_before
+
+
+def test_evolve_refuses_a_field_an_execution_does_not_have() -> None:
+    """A change to a field that does not exist is a TypeError naming it (and is refused
+    every time, not only the first)."""
+    for _ in range(2):
+        with pytest.raises(TypeError, match="'no_such_field'"):
+            running().evolve(progress=1.0, no_such_field=1)
