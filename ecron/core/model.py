@@ -207,42 +207,27 @@ class Execution:
         return self.status in ACTIVE
 
     def evolve(self, **changes: Any) -> Execution:
-        """A copy with ``changes`` applied (the hot paths make one or two per report: the
-        copy is made by code generated for these field names, several times faster than
-        ``dataclasses.replace``)."""
-        copier = _EXECUTION_COPIERS.get(tuple(changes))
-        if copier is None:
-            copier = _copier_for(tuple(changes))
-        return copier(self, changes)
+        """A copy with ``changes`` applied (the hot paths make one per report: this copies
+        the fields directly, several times faster than ``dataclasses.replace``)."""
+        unknown = changes.keys() - _EXECUTION_FIELDS
+        if unknown:
+            raise TypeError(f"Execution has no field {sorted(unknown)[0]!r}")
+        return _copy_execution(self, changes)
 
 
-_EXECUTION_FIELDS = tuple(f.name for f in fields(Execution))
-#: The copier of each set of changed fields, in the order given (a few per call site).
-_EXECUTION_COPIERS: dict[tuple[str, ...], Callable[[Execution, dict[str, Any]], Execution]] = {}
+_EXECUTION_FIELDS = frozenset(f.name for f in fields(Execution))
 
 
-def _copier_for(changed: tuple[str, ...]) -> Callable[[Execution, dict[str, Any]], Execution]:
-    """The copier of an Execution with the fields ``changed`` (``TypeError`` for a field it
-    does not have), made once and kept."""
-    unknown = set(changed) - set(_EXECUTION_FIELDS)
-    if unknown:
-        raise TypeError(f"Execution has no field {sorted(unknown)[0]!r}")
-    copier: Callable[[Execution, dict[str, Any]], Execution]
-    copier = _copier(Execution, _EXECUTION_FIELDS, set(changed))
-    _EXECUTION_COPIERS[changed] = copier
-    return copier
-
-
-def _copier(cls: type, names: tuple[str, ...], changed: set[str]) -> Any:
-    """A function ``(instance, changes) -> copy`` for a frozen, slotted dataclass ``cls``
-    whose fields ``changed`` are given in ``changes``: one line per field, each set through
-    its slot (a frozen class refuses ``setattr``), no keyword parsing, no ``__init__``."""
-    lines = ["def copy(old, changes):", "    new = new_object(cls)"]
-    scope: dict[str, Any] = {"new_object": object.__new__, "cls": cls}
-    for name in names:
-        scope[f"set_{name}"] = cls.__dict__[name].__set__  # the slot's own descriptor
-        value = f"changes[{name!r}]" if name in changed else f"old.{name}"
-        lines.append(f"    set_{name}(new, {value})")
+def _copier(cls: type) -> Any:
+    """A function ``(instance, changes) -> copy`` for a frozen, slotted dataclass ``cls``,
+    generated once: one line per field, no keyword parsing, no ``__init__``."""
+    lines = ["def copy(old, changes):", "    new = new_object(cls)", "    get = changes.get"]
+    lines += [f"    set_field(new, {f.name!r}, get({f.name!r}, old.{f.name}))" for f in fields(cls)]
     lines.append("    return new")
+    scope: dict[str, Any] = {"new_object": object.__new__, "set_field": object.__setattr__}
+    scope["cls"] = cls
     exec("\n".join(lines), scope)  # noqa: S102  (the text is made of the class's own field names)
     return scope["copy"]
+
+
+_copy_execution: Callable[[Execution, dict[str, Any]], Execution] = _copier(Execution)

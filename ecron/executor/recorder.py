@@ -119,9 +119,7 @@ class Recorder:
                     follow_ups = await self.follow_ups(after)
                 stored = await self.writer.save(before, after, then_insert=follow_ups or ())
             if stored is not None:
-                self._noted(transition, stored)  # ``written``, without a coroutine per poll
-                if transition.finished:
-                    await self.ended(stored, follow_ups)
+                await self.written(transition, stored, follow_ups)
                 return transition, stored
             fresh = await self.store.get_execution(before.eid)
             if fresh is None or (as_owner and fresh.fence != execution.fence):
@@ -153,12 +151,6 @@ class Recorder:
         """What follows a change that was written: hold the newest state, log a status
         change, measure the trigger lag, and end an execution that ended (``follow_ups``:
         what was inserted with the end, None when nothing was planned with it)."""
-        self._noted(transition, stored)
-        if transition.finished:
-            await self.ended(stored, follow_ups)
-
-    def _noted(self, transition: Transition, stored: Execution) -> None:
-        """The part of ``written`` that does not wait: hold, log, measure."""
         self.held.remember(stored)
         before = transition.before
         if (before.status is not stored.status or before.reason is not stored.reason) and writes(
@@ -178,6 +170,8 @@ class Recorder:
             lag = self.trigger_lag(stored)
             if lag is not None:
                 self._series.trigger_lag(stored.task, lag)
+        if transition.finished:
+            await self.ended(stored, follow_ups)
 
     async def ended(
         self, execution: Execution, follow_ups: Sequence[Execution] | None = None
@@ -283,16 +277,11 @@ class Recorder:
 def _must_wait(transition: Transition, event: Event) -> bool:
     """True for a change that must be durable before the path goes on: an end, a trigger or
     a cancel about to leave, a step that ended."""
-    if transition.finished or isinstance(event, _DURABLE_EVENTS):
+    if transition.finished or isinstance(event, TriggerSent | CancelSent):
         return True
     before, after = transition.before, transition.after
     if before.reason is not after.reason or before.status is Status.SCHEDULED:
         return True
-    return bool(before.steps) and any(  # (asked at every poll: no generator for no steps)
+    return any(
         old.status is not new.status for old, new in zip(before.steps, after.steps, strict=True)
     )
-
-
-#: Events whose change is durable before the call leaves (a tuple: ``isinstance`` is
-#: faster with one than with a union).
-_DURABLE_EVENTS = (TriggerSent, CancelSent)
