@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from structlog.testing import capture_logs
 
+from ecron.config.model import TaskSpec
 from ecron.core import Reason, Status
 from ecron.planning import MISFIRE_RECORDS, rewound_fire_time
 from ecron.scheduler import STEP_BACK
@@ -23,6 +24,19 @@ MINUTE = timedelta(minutes=1)
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
 MS = timedelta(milliseconds=1)
+
+
+def every(service: UserService, interval: str, policy: str, grace: str) -> TaskSpec:
+    """Task ``a``: every ``interval``, instant jobs on ``service``, runs allowed side by side,
+    and the misfire ``policy`` with its ``grace``."""
+    service.duration = 0
+    return task(
+        "a",
+        f"{service.url}/jobs/x",
+        schedule={"every": interval},
+        concurrency="allow",
+        misfire={"policy": policy, "grace": grace},
+    )
 
 
 def posts_by_fire_time(service: UserService) -> Counter[str]:
@@ -52,14 +66,7 @@ async def test_after_the_clock_steps_back_an_hour_no_fire_time_runs_twice_and_th
     goes on from 11:05 (it does not stand still for the hour), and when the clock reaches
     12:00 again, the fire times 12:00 to 12:05, which ran before the step, are not run a
     second time: each fire time has one execution and reached the service once."""
-    user_service.duration = 0
-    spec = task(
-        "a",
-        f"{user_service.url}/jobs/x",
-        schedule={"every": "1m"},
-        concurrency="allow",
-        misfire={"policy": "run_all", "grace": "2h"},
-    )
+    spec = every(user_service, "1m", "run_all", "2h")
     async with rig(database_url, [spec], T0) as r:
         for n in range(6):
             await r.tick(T0 + n * MINUTE)
@@ -161,14 +168,7 @@ async def test_a_forward_jump_of_a_day_follows_the_misfire_policy_then_fires_on_
     missed hours follow misfire.policy (skip: 20 SKIPPED misfire records and no run;
     run_once: the latest missed hour runs and the 20 before it are SKIPPED; run_all: all 24
     run), and the next hour fires on time."""
-    user_service.duration = 0
-    spec = task(
-        "a",
-        f"{user_service.url}/jobs/x",
-        schedule={"every": "1h"},
-        concurrency="allow",
-        misfire={"policy": policy, "grace": "5m"},
-    )
+    spec = every(user_service, "1h", policy, "5m")
     jumped = T0 + DAY + timedelta(minutes=30)
     async with rig(database_url, [spec], T0) as r:
         await r.tick(T0)
@@ -206,14 +206,7 @@ async def test_fire_times_claimed_ahead_of_a_forward_jump_follow_the_misfire_pol
     """A task every second claimed 2 s ahead (12:00:00 to 12:00:02), then the clock jumps a
     day before they start: at their start, skip records all three SKIPPED misfire, run_once
     runs only the latest (the two before it have a later one claimed), run_all runs all."""
-    user_service.duration = 0
-    spec = task(
-        "a",
-        f"{user_service.url}/jobs/x",
-        schedule={"every": "1s"},
-        concurrency="allow",
-        misfire={"policy": policy, "grace": "5s"},
-    )
+    spec = every(user_service, "1s", policy, "5s")
     async with rig(database_url, [spec], T0, prefetch=timedelta(seconds=2)) as r:
         await r.scheduler.claim_fires(T0)
         await r.start_due(T0 + DAY)

@@ -4,6 +4,8 @@ talk to the REST API. Each prints one line (full ids: they are for copying and s
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 from rich.console import Console
 from rich.markup import escape
@@ -49,10 +51,7 @@ def trigger(name: str, wait: bool, api: str, token: str | None) -> None:
 def cancel(eid: str, api: str, token: str | None) -> None:
     """Cancel execution EID (its id or a unique prefix): the cancel call goes to the user
     service once, then CANCELLED."""
-    try:
-        _, snapshot = client(api, token).post(f"/api/v1/executions/{segment(eid)}/cancel")
-    except ApiError as exc:
-        fail(exc)
+    snapshot = _post(api, token, f"/api/v1/executions/{segment(eid)}/cancel")
     acknowledged = {True: "acknowledged", False: "not acknowledged", None: "not sent"}
     Console().print(
         f"{snapshot['id']} {status_text(snapshot)}; the cancel call was "
@@ -67,12 +66,8 @@ def cancel(eid: str, api: str, token: str | None) -> None:
 @api_options
 def pause(name: str, reason: str | None, api: str, token: str | None) -> None:
     """Pause task NAME: it fires no more until unpaused (manual runs still work)."""
-    try:
-        _, snapshot = client(api, token).post(
-            f"/api/v1/tasks/{segment(name)}/pause", {"reason": reason} if reason else None
-        )
-    except ApiError as exc:
-        fail(exc)
+    body = {"reason": reason} if reason else None
+    snapshot = _post(api, token, f"/api/v1/tasks/{segment(name)}/pause", body)
     Console().print(f"{escape(name)} paused: {escape(snapshot['paused_reason'])}", soft_wrap=True)
 
 
@@ -81,10 +76,7 @@ def pause(name: str, reason: str | None, api: str, token: str | None) -> None:
 @api_options
 def unpause(name: str, api: str, token: str | None) -> None:
     """Unpause task NAME: its schedule restarts from now."""
-    try:
-        _, snapshot = client(api, token).post(f"/api/v1/tasks/{segment(name)}/unpause")
-    except ApiError as exc:
-        fail(exc)
+    snapshot = _post(api, token, f"/api/v1/tasks/{segment(name)}/unpause")
     Console().print(
         f"{escape(name)} unpaused; next fire time {snapshot['next_fire_at'] or '-'}",
         soft_wrap=True,
@@ -113,3 +105,12 @@ def resume(eid: str, wait: bool, api: str, token: str | None) -> None:
     except ApiError as exc:
         fail(exc)
     raise SystemExit(exit_code(final))
+
+
+def _post(api: str, token: str | None, path: str, body: Any = None) -> Any:
+    """POST ``body`` to ``path`` of the API: the answer's snapshot, or the command ends with
+    the API error."""
+    try:
+        return client(api, token).post(path, body)[1]
+    except ApiError as exc:
+        fail(exc)

@@ -11,7 +11,7 @@ import json
 import re
 from datetime import datetime, timedelta
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 from urllib.parse import unquote
 
 import orjson
@@ -120,14 +120,7 @@ AlertEvent = Literal[
     "task_overdue",
     "fire_skipped",
 ]
-ALERT_EVENTS: tuple[AlertEvent, ...] = (
-    "execution_failed",
-    "execution_timed_out",
-    "task_paused",
-    "resume_chain_exhausted",
-    "task_overdue",
-    "fire_skipped",
-)
+ALERT_EVENTS: tuple[AlertEvent, ...] = get_args(AlertEvent)
 
 
 class Webhook(_Strict):

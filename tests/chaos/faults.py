@@ -196,6 +196,19 @@ async def stop_and_read(run: FaultRun) -> tuple[int, dict[str, Any]]:
     return code, await rows_of(run.database_url)
 
 
+async def settle_and_read(
+    run: FaultRun, since: datetime, eids: list[str], timeout: float = 30.0
+) -> tuple[datetime, int, dict[str, Any]]:
+    """After a fault that ended at ``since``: wait until a fire time after it is done and
+    the executions ``eids`` are final, then stop the node; when that was seen, the node's
+    exit status, and every execution row."""
+    await run.wait_new_fire_time_done(since)
+    await wait_for(lambda: all_final(run.database_url, eids), timeout=timeout, interval=0.2)
+    ended = datetime.now(UTC)
+    code, rows = await stop_and_read(run)
+    return ended, code, rows
+
+
 def tick_problems(
     rows: dict[str, Any], service: UserService, began: datetime, ended: datetime
 ) -> tuple[int, list[str]]:

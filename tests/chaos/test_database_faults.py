@@ -29,12 +29,11 @@ from ecron.store.engine import SQLITE_BUSY_TIMEOUT_MS
 from tests.chaos.faults import (
     DEADLINE,
     THROUGH_AFTER,
-    all_final,
     cancels,
     ended_as,
     events_of,
     fault_run,
-    stop_and_read,
+    settle_and_read,
     tick_problems,
 )
 from tests.chaos.pgserver import StoppablePostgres
@@ -82,12 +81,7 @@ async def test_postgresql_stopped_for_seconds_mid_run_leaves_the_node_running_an
         back = time.monotonic()
         back_at = datetime.now(UTC)
         await run.wait_ready_again(back)
-        await run.wait_new_fire_time_done(back_at)
-        await wait_for(
-            lambda: all_final(run.database_url, [through, deadline]), timeout=30, interval=0.2
-        )
-        ended = datetime.now(UTC)
-        code, rows = await stop_and_read(run)
+        ended, code, rows = await settle_and_read(run, back_at, [through, deadline])
     window, problems = tick_problems(rows, user_service, run.began, ended)
     events = events_of(run.node)
     print(
@@ -146,12 +140,7 @@ async def test_every_connection_killed_again_and_again_leaves_the_node_running_a
         over = time.monotonic()
         over_at = datetime.now(UTC)
         await run.wait_ready_again(over)
-        await run.wait_new_fire_time_done(over_at)
-        await wait_for(
-            lambda: all_final(run.database_url, [through, deadline]), timeout=30, interval=0.2
-        )
-        ended = datetime.now(UTC)
-        code, rows = await stop_and_read(run)
+        ended, code, rows = await settle_and_read(run, over_at, [through, deadline])
     window, problems = tick_problems(rows, user_service, run.began, ended)
     events = events_of(run.node)
     print(
@@ -212,10 +201,7 @@ async def test_sqlite_locked_by_another_writer_past_the_busy_timeout_is_retried_
         finally:
             blocker.close()
         released = datetime.now(UTC)
-        await run.wait_new_fire_time_done(released)
-        await wait_for(lambda: all_final(run.database_url, [through]), timeout=30, interval=0.2)
-        ended = datetime.now(UTC)
-        code, rows = await stop_and_read(run)
+        ended, code, rows = await settle_and_read(run, released, [through])
     window, problems = tick_problems(rows, user_service, run.began, ended)
     locked = [
         e for e in run.node.events() if e.get("event") == "store_retry" and "locked" in e["error"]
@@ -301,10 +287,7 @@ async def test_a_full_disk_fails_writes_with_a_clear_error_and_work_resumes_once
             await asyncio.sleep(FULL)
             filler.unlink()
             freed = datetime.now(UTC)
-            await run.wait_new_fire_time_done(freed)
-            await wait_for(lambda: all_final(run.database_url, [through]), timeout=60, interval=0.2)
-            ended = datetime.now(UTC)
-            code, rows = await stop_and_read(run)
+            ended, code, rows = await settle_and_read(run, freed, [through], timeout=60)
         verdict, broken = _integrity(path)
     window, problems = tick_problems(rows, user_service, run.began, ended)
     full = [e for e in run.node.events() if "full" in json.dumps(e)]
