@@ -1,5 +1,5 @@
-"""The event loop the daemon runs on: uvloop when it is installed (``pip install
-'ecron[uvloop]'``) and not switched off with ``ECRON_UVLOOP=0``, else asyncio's own."""
+"""The event loop the daemon runs on: uvloop (a dependency of ecron wherever it exists:
+Linux and macOS) unless switched off with ``ECRON_UVLOOP=0``, else asyncio's own."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ T = TypeVar("T")
 
 
 def uvloop_wanted() -> bool:
-    """True when uvloop is installed and not switched off."""
+    """True when uvloop is installed (it is, but on Windows) and not switched off."""
     if os.environ.get("ECRON_UVLOOP", "1").strip().lower() in ("0", "false", "no", "off"):
         return False
     return importlib.util.find_spec("uvloop") is not None
