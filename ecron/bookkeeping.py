@@ -6,24 +6,25 @@ A success of a task on a fixed schedule changes only the task's count of failure
 0) and its last end: those are written for many tasks at once, within ``SUCCESS_LINGER``.
 Everything else is written before ``finished`` returns. A retry is planned before the end
 is written (``with_end``) and inserted in the end's own transaction: an end whose node
-dies right after it still has its retry.
+dies right after it still has its retry. ``finished`` returns the runs the end set off (its
+retry, the chained runs), for the engine to hold and start; it starts nothing itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 import structlog
 
 from ecron.chains import Chains
-from ecron.clock import Clock
+from ecron.clock import Clock, Wakeup
 from ecron.config.model import DaemonSettings, TaskSpec
 from ecron.core import Execution, Reason, Status, TriggerKind
-from ecron.executor.runner import Executor
 from ecron.leases import CLAIM_GRACE
+from ecron.metrics import Metrics
 from ecron.notify import Notifier
 from ecron.planning import (
     Claim,
@@ -33,7 +34,6 @@ from ecron.planning import (
     pauses,
     plan_retry,
     resumes_automatically,
-    start_time,
 )
 from ecron.schedules import ScheduleKind
 from ecron.snapshots import execution_snapshot
@@ -59,19 +59,20 @@ class Bookkeeping:
         self,
         *,
         store: Store,
-        executor: Executor,
         clock: Clock,
         settings: DaemonSettings,
         node_id: str,
         specs: Mapping[str, TaskSpec],
+        metrics: Metrics,
+        scheduler_wakeup: Wakeup,
         notifier: Notifier | None = None,
     ) -> None:
         self.store = store
-        #: Starts the tasks chained to those whose executions end.
+        #: Makes the runs of the tasks chained to those whose executions end.
         self.chains = Chains(
-            store=store, executor=executor, clock=clock, specs=specs, claim=self.claim
+            store=store, clock=clock, specs=specs, claim=self.claim, metrics=metrics
         )
-        self.executor = executor
+        self.metrics = metrics
         self.clock = clock
         self.settings = settings
         self.node_id = node_id
@@ -84,8 +85,8 @@ class Bookkeeping:
         self._stamp: set[str] = set()
         self._stamped: dict[str, datetime] = {}
         self._flusher: asyncio.Task[None] | None = None
-        #: Called when there is a new fire time to claim (an ``after`` schedule).
-        self.wake: Callable[[], None] = _nothing
+        #: Rung when there is a new fire time to claim (an ``after`` schedule).
+        self.scheduler_wakeup = scheduler_wakeup
 
     def claim(self, now: datetime) -> Claim:
         """This node's claim at ``now``."""
@@ -111,28 +112,26 @@ class Bookkeeping:
 
     async def finished(
         self, execution: Execution, written_with: Sequence[Execution] | None = None
-    ) -> None:
+    ) -> list[Execution]:
         """An execution ended: see the module docstring. ``written_with``: what ``with_end``
-        planned and was written with the end (None: nothing was planned, plan it now)."""
+        planned and was written with the end (None: nothing was planned, plan it now). The
+        runs it set off (a retry, chained runs): claimed by this node, to be started."""
         spec = self.specs.get(execution.task)
         if execution.status is Status.SKIPPED:
             await self._skipped(execution, spec)
-            return
+            return []
         if execution.finished_at is None or spec is None:
-            return
+            return []
         fixed = spec.fire_schedule.kind is not ScheduleKind.AFTER
         if execution.status is Status.SUCCESS:
-            self.executor.metrics.last_success.saw(
-                execution.task, execution.finished_at.timestamp()
-            )
+            self.metrics.last_success.saw(execution.task, execution.finished_at.timestamp())
         if execution.status is Status.SUCCESS and fixed:
             self._succeeded(execution.task, execution.finished_at, spec)
             if self._flusher is None or self._flusher.done():
                 self._flusher = asyncio.create_task(
                     self._record_successes(), name="ecron-successes"
                 )
-            await self.chain(execution)
-            return
+            return await self.chain(execution)
         await self.flush()  # in order: a failure after a success counts from 0
         now = self.clock.now()
         task = await self.store.get_task(execution.task)
@@ -142,7 +141,7 @@ class Bookkeeping:
         if retry is None and not fixed and spec.enabled:
             excluded: Counter[str] = Counter()
             following = spec.fire_times.next(execution.finished_at, now, excluded)
-            self.executor.metrics.excluded(execution.task, excluded)
+            self.metrics.excluded(execution.task, excluded)
         resumed = resumes_automatically(execution, spec) and not paused
         if retry is None and auto_resume_spent(execution, spec):
             self.chain_exhausted(execution, "the chain has no resumes left")
@@ -154,19 +153,22 @@ class Bookkeeping:
             self.alert(kind, execution.task, execution=execution_snapshot(execution))
         await self.count(execution, spec, outcome, following, paused)
         if following is not None:
-            self.wake()
+            self.scheduler_wakeup.ring()
+        started = [] if retry is None else [retry]
         if retry is None and not resumes_automatically(execution, spec):
-            await self.chain(execution)
+            started += await self.chain(execution)
+        return started
 
-    async def chain(self, execution: Execution) -> None:
-        """An execution ended for good: start the tasks chained to it (a failure to is
-        logged; the patrol's sweep starts them later)."""
+    async def chain(self, execution: Execution) -> list[Execution]:
+        """An execution ended for good: the runs of the tasks chained to it (a failure to
+        make them is logged; the patrol's sweep makes them later)."""
         if not self.chains.chained(execution.task):
-            return
+            return []
         try:
-            await self.chains.ended(execution)
+            return await self.chains.ended(execution)
         except Exception:
             log.exception("chain_start_failed", task=execution.task, execution_id=execution.eid)
+            return []
 
     def _succeeded(self, task: str, at: datetime, spec: TaskSpec) -> None:
         """A success to record with the next batch; its time on the row too when the task
@@ -229,7 +231,7 @@ class Bookkeeping:
             )
             retry = None if plan is None else await self.store.create_execution(plan)
         if retry is not None:
-            start_at = None if retry.next_poll_at is None else retry.next_poll_at.isoformat()
+            start_at = None if retry.not_before is None else retry.not_before.isoformat()
             log.info(
                 "retry_planned",
                 task=retry.task,
@@ -237,7 +239,6 @@ class Bookkeeping:
                 attempt=retry.attempt,
                 start_at=start_at,
             )
-            self.executor.start_at(retry, start_time(retry, spec))
         return retry
 
     async def count(
@@ -270,7 +271,7 @@ class Bookkeeping:
         a compare-and-set on the row just read, decided again on a fresh read when another
         write (an end elsewhere, a person's unpause) came first."""
         for _ in range(PAUSE_ATTEMPTS):
-            if state is None or not pauses(spec, state, outcome):
+            if state is None or not pauses(spec, state.consecutive_failures, state.paused, outcome):
                 return state
             reason = pause_reason(spec, execution)
             written = await self.store.set_paused(
@@ -281,14 +282,15 @@ class Bookkeeping:
             state = await self.store.get_task(state.name)
         return state
 
-    async def stalled_after_tasks(self, now: datetime) -> int:
+    async def stalled_after_tasks(self, now: datetime) -> tuple[int, list[Execution]]:
         """Book the last end of each ``after`` task left without a next fire time, once the
-        end is older than ``lease_ttl`` (its own node would have booked it by then); how
-        many. Such a task would never fire again: the node that wrote the end died, or lost
-        the database, before recording it on the task."""
+        end is older than ``lease_ttl`` (its own node would have booked it by then): how
+        many, and the runs that booking set off (a retry, chained runs). Such a task would
+        never fire again: the node that wrote the end died, or lost the database, before
+        recording it on the task."""
         names = [name for name, spec in self.specs.items() if _after(spec)]
         if not names:
-            return 0
+            return 0, []
         settled = now - self.settings.lease_ttl
         stalled = [
             t.name
@@ -296,7 +298,7 @@ class Bookkeeping:
             if t.name in names and t.next_fire_at is None and not t.paused
         ]
         last = await self.store.last_executions(stalled)
-        restarted = 0
+        restarted, started = 0, []
         for name in stalled:
             execution = last.get(name)
             if execution is not None and (
@@ -315,9 +317,9 @@ class Bookkeeping:
                 ended = now if execution is None else execution.finished_at or now
                 await self._restart_after(name, self.specs[name], ended)
             else:
-                await self.finished(execution)  # everything its own node did not do
+                started += await self.finished(execution)  # all its own node did not do
             restarted += 1
-        return restarted
+        return restarted, started
 
     async def _held(self, name: str) -> bool:
         """True while the task has an active execution or one claimed ahead (SCHEDULED)."""
@@ -338,7 +340,7 @@ class Bookkeeping:
         following = spec.fire_times.next(now, now)  # calendars and blackouts applied
         await self.store.task_finished(name, ended, None, following)
         if following is not None:
-            self.wake()
+            self.scheduler_wakeup.ring()
 
     def chain_exhausted(self, execution: Execution, why: str) -> None:
         """An interrupted execution will not be resumed any more: say so, and alert."""
@@ -356,26 +358,23 @@ class Bookkeeping:
             execution=execution_snapshot(execution),
         )
 
-    async def give_up_resume(self, execution: Execution, why: str) -> None:
+    async def give_up_resume(self, execution: Execution, why: str) -> list[Execution]:
         """An automatic resume that cannot happen in time (the patrol's last chance within
-        ``resume.within``): the failure becomes final, counted and alerted like any other."""
+        ``resume.within``): the failure becomes final, counted and alerted like any other;
+        the chained runs that sets off."""
         spec = self.specs.get(execution.task)
         if spec is None or not await self.store.give_up_resume(execution.eid, self.clock.now()):
-            return  # another node's patrol gave it up already
+            return []  # another node's patrol gave it up already
         self.chain_exhausted(execution, why)
         self.alert("execution_failed", execution.task, execution=execution_snapshot(execution))
         task = await self.store.get_task(execution.task)
         await self.count(execution, spec, False, None, task is not None and task.paused)
-        await self.chain(execution)
+        return await self.chain(execution)
 
     def alert(self, kind: str, task: str, **details: object) -> None:
         """Send alert ``kind`` about ``task`` (in the background)."""
         if self.notifier is not None:
             self.notifier.event(kind, task, self.clock.now(), **details)
-
-
-def _nothing() -> None:
-    """Nobody to wake (yet)."""
 
 
 def _after(spec: TaskSpec) -> bool:

@@ -4,9 +4,9 @@ DESIGN.md, "Chains").
 When an execution of an upstream task ends for good (with no retry or automatic resume to
 follow) with a status in a downstream's ``on``, the downstream gets one execution of the
 same ``scheduled_at``, ``trigger_kind`` ``chain`` and ``upstream`` = the eid that ended,
-claimed by this node and started at once through the scheduler's start decision (so its
-own pause, concurrency, retries apply; a fire time its own calendar or blackouts exclude
-gets none). The unique key ``(task, scheduled_at, attempt, resume_attempt)`` makes it one
+claimed by this node and due at once; the engine starts it through the one start path (so
+its own pause, concurrency, retries apply; a fire time its own calendar or blackouts
+exclude gets none). The unique key ``(task, scheduled_at, attempt, resume_attempt)`` makes it one
 per upstream fire time whatever the retries, resumes, crashes and nodes: whoever inserts
 second inserts nothing. With several upstreams, it starts when the last of them ends so for
 that fire time (each end, once written, looks at the others: of two ends written at once,
@@ -30,8 +30,8 @@ import structlog
 from ecron.clock import Clock, iso
 from ecron.config.model import TaskSpec
 from ecron.core import Execution, TriggerKind
-from ecron.executor.runner import Executor
-from ecron.planning import Claim, claimed, resumes_automatically, start_time
+from ecron.metrics import Metrics
+from ecron.planning import Claim, claimed, resumes_automatically
 from ecron.schedules import Schedule
 from ecron.store.base import Store
 
@@ -56,7 +56,7 @@ def chain_run(spec: TaskSpec, upstream: Execution, claim: Claim) -> Execution:
         spec=spec,
         trigger_kind=TriggerKind.CHAIN,
         upstream=upstream.eid,
-        next_poll_at=claim.now,
+        not_before=claim.now,
     )
 
 
@@ -80,17 +80,16 @@ class Chains:
         self,
         *,
         store: Store,
-        executor: Executor,
         clock: Clock,
         specs: Mapping[str, TaskSpec],
         claim: Callable[[datetime], Claim],
+        metrics: Metrics,
     ) -> None:
         self.store = store
-        self.executor = executor
         self.clock = clock
         self.specs = specs
         self.claim = claim
-        self.metrics = executor.metrics
+        self.metrics = metrics
         #: Upstream task -> the chained tasks that run after it.
         self._downstreams: dict[str, list[str]] = {}
         #: Chained task -> up to when its upstreams' ends were swept on this node.
@@ -109,9 +108,10 @@ class Chains:
         """True when some task runs after ``task``."""
         return task in self._downstreams
 
-    async def ended(self, execution: Execution) -> None:
-        """``execution`` ended for good: start each chained task that it completes."""
+    async def ended(self, execution: Execution) -> list[Execution]:
+        """``execution`` ended for good: the run of each chained task that it completes."""
         now = self.clock.now()
+        started = []
         for name in self._downstreams.get(execution.task, ()):
             spec = self.specs.get(name)
             if spec is None or not spec.enabled:
@@ -122,7 +122,10 @@ class Chains:
             others = [u for u in schedule.upstreams if u != execution.task]
             if others and not await self._ready(schedule, others, execution.scheduled_at, now):
                 continue
-            await self.start(spec, execution, now)
+            created = await self.start(spec, execution, now)
+            if created is not None:
+                started.append(created)
+        return started
 
     async def _ready(
         self, schedule: Schedule, names: list[str], scheduled_at: datetime, now: datetime
@@ -146,8 +149,8 @@ class Chains:
     async def start(
         self, spec: TaskSpec, upstream: Execution, now: datetime, *, count: bool = True
     ) -> Execution | None:
-        """Insert and start the chained run that ``upstream`` sets off; None when that fire
-        time has one already, or the task's calendar or blackouts exclude it."""
+        """Insert the chained run that ``upstream`` sets off (claimed, due now); None when
+        that fire time has one already, or the task's calendar or blackouts exclude it."""
         why = spec.fire_times.excluded(upstream.scheduled_at)
         if why is not None:
             if count:
@@ -171,40 +174,39 @@ class Chains:
             upstream_task=upstream.task,
             scheduled_at=iso(created.scheduled_at),
         )
-        self.executor.start_at(created, start_time(created, spec))
         return created
 
-    async def sweep(self, now: datetime) -> int:
-        """The patrol's job: start the chained runs whose start a node's death lost; how
-        many it started."""
+    async def sweep(self, now: datetime) -> list[Execution]:
+        """The patrol's job: the chained runs whose start a node's death lost, made now (to
+        be started)."""
         names = sorted({name for names in self._downstreams.values() for name in names})
-        started = 0
+        started = []
         for name in names:
             started += await self._sweep(name, now)
         return started
 
-    async def _sweep(self, name: str, now: datetime) -> int:
+    async def _sweep(self, name: str, now: datetime) -> list[Execution]:
         spec = self.specs.get(name)
         task = await self.store.get_task(name)
         if spec is None or not spec.enabled or task is None or task.retired:
-            return 0
+            return []
         schedule = spec.fire_schedule
         until = now - SWEEP_SETTLE
         since = max(self._swept.get(name, now - SWEEP_WINDOW), task.updated_at or now)
         if since >= until:
-            return 0
+            return []
         ends = await self.store.ended_between(schedule.upstreams, since, until, SWEEP_LIMIT)
         last_end = ends[-1].finished_at if len(ends) == SWEEP_LIMIT else None
         self._swept[name] = last_end or until
         times = sorted({e.scheduled_at for e in ends if str(e.status) in schedule.on})
         taken = await self.store.fire_times_taken(name, times)
-        started = 0
+        started = []
         for when in (t for t in times if t not in taken):
             newest = await self.store.newest_of_fire_time(schedule.upstreams, when)
             if not self._all_ended(schedule, schedule.upstreams, newest, now):
                 continue
             last = max(newest.values(), key=lambda e: (e.finished_at or now, e.eid))
-            if await self.start(spec, last, now, count=False) is not None:
+            if (created := await self.start(spec, last, now, count=False)) is not None:
                 log.warning("chain_start_recovered", task=name, upstream=last.eid)
-                started += 1
+                started.append(created)
         return started

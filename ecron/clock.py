@@ -29,6 +29,19 @@ class Clock:
         return event.is_set()
 
 
+class Wakeup:
+    """A loop's doorbell: the loop waits on it between rounds (``Clock.wait``), and whoever
+    was given it in their constructor rings it when there is work to look at now. It is
+    made where the parts are wired, and handed down to each part that rings it."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    def ring(self) -> None:
+        """Wake the loop now instead of at its next round."""
+        self.event.set()
+
+
 def iso(when: datetime | None) -> str | None:
     """RFC 3339 UTC with milliseconds (``2026-12-01T03:00:00.000Z``), or None."""
     if when is None:

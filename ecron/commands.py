@@ -1,30 +1,34 @@
 """What people (and the patrol) ask a node to do: run a task now, cancel, take a callback's
 report, resume, pause and unpause. The API calls these and nothing else of the engine; the
-loops (scheduler, executor, patrol) only run.
+loops (scheduler, engine, patrol) only run.
 
-Each command obeys the task's rules as the loops do (``concurrency``, pause): the rules
-themselves are pure functions in ``ecron.planning``; what a command adds is the
-transaction that makes it true on a cluster (``create_unless_active`` under ``forbid``)
-and the trigger it hands to the executor.
+A run now and a resume are new runs that go through the one start path (``Engine.start_new``
+→ ``ecron.starts``), like every fire time: the task's rules (``concurrency``, pause) are
+decided there, in the same transaction that inserts the run, with the other starts due at
+that moment; the command only builds the run and reads the decision.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 import structlog
 
 from ecron.bookkeeping import PAUSE_ATTEMPTS, Bookkeeping
-from ecron.clock import Clock
+from ecron.clock import Clock, Wakeup
 from ecron.config.model import TaskSpec
-from ecron.core import Channel, Execution, Report, Status, Transition, TriggerKind
+from ecron.core import Channel, Execution, Report, Reported, Status, Transition, TriggerKind
+from ecron.core.next import Recorded
+from ecron.engine import Engine
 from ecron.errors import Conflict, NotFound, NothingToResume
-from ecron.executor.runner import Executor
+from ecron.executor.perform import Happened
 from ecron.ids import new_eid
-from ecron.planning import new_steps, plan_resume, resumable, started
-from ecron.store.base import Holder, Store, TaskState
+from ecron.logs import about
+from ecron.planning import Begin, Decline, Refuse, new_steps, plan_resume, resumable
+from ecron.starts import StartResult
+from ecron.store.base import Store, TaskState
 
 log = structlog.get_logger(__name__)
 
@@ -41,21 +45,21 @@ class Commands:
         self,
         *,
         store: Store,
-        executor: Executor,
+        engine: Engine,
         bookkeeping: Bookkeeping,
         clock: Clock,
         node_id: str,
         specs: Mapping[str, TaskSpec],
-        wake: Callable[[], None],
+        scheduler_wakeup: Wakeup,
     ) -> None:
         self.store = store
-        self.executor = executor
+        self.engine = engine
         self.bookkeeping = bookkeeping
         self.clock = clock
         self.node_id = node_id
         self.specs = specs
         #: Tells the scheduler to look for work now (after an unpause).
-        self.wake = wake
+        self.scheduler_wakeup = scheduler_wakeup
         self._manual: dict[str, datetime] = {}
 
     def knows(self, name: str) -> bool:
@@ -67,21 +71,18 @@ class Commands:
     async def run_now(self, name: str) -> tuple[Execution, bool]:
         """Start ``name`` now (a manual run). Returns the execution and whether it is new.
 
-        Manual runs obey ``concurrency``: under ``forbid`` an active execution is
-        returned and nothing starts; under ``replace`` the active ones are cancelled first.
-        Any number of runs may be asked for in one millisecond: each gets its own
-        ``scheduled_at`` (the moment asked for, moved on by a millisecond where taken).
+        Manual runs obey ``concurrency`` (decided in the start's transaction): under
+        ``forbid`` an active execution is returned and nothing starts; under ``replace``
+        the active ones are cancelled first. Any number of runs may be asked for in one
+        millisecond: each gets its own ``scheduled_at`` (the moment asked for, moved on by
+        a millisecond where taken, on this node or another).
         """
-        spec = self.specs[name]
+        spec = self.specs.get(name)
+        if spec is None:
+            raise NotFound(f"task {name!r} is not in this node's config")
         now = self.clock.now()
-        held = self.executor.held
-        if spec.concurrency == "forbid":
-            local = [held[eid] for eid in held.active_of(name)]
-            if local:
-                return min(local, key=lambda e: (e.scheduled_at, e.eid)), False
         eid = new_eid()
-        exclusive = await self._admit(spec, name, eid)
-        execution = Execution(
+        run = Execution(
             eid=eid,
             task=name,
             scheduled_at=self._manual_time(name, now),
@@ -91,7 +92,27 @@ class Commands:
             fence=1,
             steps=new_steps(spec, eid),
         )
-        return await self._create_started(execution, spec, exclusive=exclusive)
+        for _ in range(MANUAL_KEY_TRIES):
+            result = await self.engine.start_new(run)
+            answer = await self._answer(result)
+            if answer is not None:
+                return answer
+            # its moment was taken (another node's run), or the active one ended meanwhile
+            run = run.evolve(scheduled_at=self._manual_time(name, run.scheduled_at))
+        raise Conflict(f"task {name!r}: no free moment for a new run")
+
+    async def _answer(self, result: StartResult) -> tuple[Execution, bool] | None:
+        """What a run people asked for became: started (new), answered by the active one
+        (not new), or None when it must be asked again."""
+        decision, change = result.decision, result.change
+        if isinstance(decision, Refuse):
+            raise NotFound(decision.why)
+        if isinstance(decision, Decline):
+            active = await self.store.get_execution(decision.active.eid)
+            return None if active is None else (active, False)
+        if isinstance(decision, Begin) and change is not None and change.stored is not None:
+            return change.stored, True
+        return None
 
     def _manual_time(self, name: str, now: datetime) -> datetime:
         """The moment asked for, to the millisecond, and never one this node gave already."""
@@ -102,49 +123,25 @@ class Commands:
         self._manual[name] = when
         return when
 
-    async def _admit(self, spec: TaskSpec, name: str, by: str) -> bool:
-        """The task's ``concurrency`` for a new run ``by`` that people asked for: under
-        ``replace`` the active executions are cancelled now; True under ``forbid`` (the new
-        run is created only if none is active, in the same transaction)."""
-        if spec.concurrency == "replace":
-            active = await self.store.active_executions(name)
-            await self.executor.replace(
-                [Holder(e.eid, e.status, e.scheduled_at, e.trigger_kind) for e in active], by
-            )
-        return spec.concurrency == "forbid"
-
-    async def _create_started(
-        self, execution: Execution, spec: TaskSpec, *, exclusive: bool
-    ) -> tuple[Execution, bool]:
-        """Insert ``execution`` started (PENDING) and send its trigger; under ``exclusive``
-        (forbid) an active execution is answered instead."""
-        scheduled = execution
-        for _ in range(MANUAL_KEY_TRIES):
-            begun = started(scheduled, spec, self.bookkeeping.claim(self.clock.now()))
-            created = await (
-                self.store.create_unless_active(begun)
-                if exclusive
-                else self.store.create_execution(begun)
-            )
-            if isinstance(created, Holder):
-                active = await self.store.get_execution(created.eid)
-                if active is not None:
-                    return active, False
-                continue  # it ended meanwhile: try again
-            if created is not None:
-                await self.executor.recorder.written(Transition(scheduled, created), created)
-                self.executor.trigger(created)
-                return created, True
-            scheduled = scheduled.evolve(  # another node's run took this millisecond
-                scheduled_at=self._manual_time(execution.task, scheduled.scheduled_at)
-            )
-        raise Conflict(f"task {execution.task!r}: no free moment for a new run")
-
     # -- executions ------------------------------------------------------------------------
 
     async def cancel(self, eid: str, message: str) -> Execution:
-        """A person's cancel, from any node: the cancel call once, then CANCELLED."""
-        return await self.executor.cancel(eid, message)
+        """A person's cancel, from any node: the cancel call once, then CANCELLED. Raises
+        ``NotFound`` for an unknown eid, and ``Conflict`` for a final one, one that ended
+        meanwhile, or one whose stop is already under way on this node."""
+        execution = self.engine.held.get(eid) or await self.store.get_execution(eid)
+        if execution is None:
+            raise NotFound(f"no execution {eid!r}")
+        if execution.is_final:
+            raise Conflict(f"execution {eid} is already {execution.status}")
+        stopped = await self.engine.stop(execution, Status.CANCELLED, message)
+        if stopped is None or stopped.status is not Status.CANCELLED:
+            current = await self.store.get_execution(eid)
+            if current is not None and not current.is_final:  # another stop holds it here
+                raise Conflict(f"execution {eid} is already being stopped (still {current.status})")
+            status = "gone" if current is None else str(current.status)
+            raise Conflict(f"execution {eid} ended as {status} before the cancel")
+        return stopped
 
     async def report(
         self,
@@ -154,8 +151,23 @@ class Commands:
         channel: Channel = Channel.CALLBACK,
     ) -> tuple[Transition, Execution]:
         """A pushed report (a callback's, or a queue message's) about ``eid`` (or its
-        ``step``), through the one core function."""
-        return await self.executor.report(eid, report, step, channel)
+        ``step``), from any node, through the one core function; what follows it is the
+        engine's. Raises ``NotFound`` for an unknown eid. A transition with ``cancel_due``
+        means the deadline had passed: the cancel was sent instead."""
+        execution = await self.store.get_execution(eid)
+        if execution is None:
+            raise NotFound(f"no execution {eid!r}")
+        recorder = self.engine.recorder
+        with about(execution, self.node_id):
+            recorder.warn_ignored(execution, report)
+            event = Reported(report, channel, step=step)
+            change = await recorder.record(execution, event, as_owner=False)
+            stored = change.stored
+            stopped = await self.engine.go(
+                Happened(eid, stored, Recorded(change.transition), change)
+            )
+            current = stopped or stored or await self.store.get_execution(eid)
+            return change.transition, current or execution
 
     async def resume(self, eid: str, *, why: str) -> Execution:
         """Resume execution ``eid`` from its first step that did not succeed (``why``: who
@@ -172,35 +184,29 @@ class Commands:
         spec = self.specs.get(old.task)
         if spec is None:
             raise NotFound(f"task {old.task!r} is not in this node's config")
-        claim = self.bookkeeping.claim(self.clock.now())
-        planned = plan_resume(old, spec, claim)
+        planned = plan_resume(old, spec, self.bookkeeping.claim(self.clock.now()))
         if planned.steps and all(step.status is Status.SUCCESS for step in planned.steps):
             raise NothingToResume(
                 f"execution {eid}: every step of task {old.task!r} as configured now succeeded"
             )
-        exclusive = await self._admit(spec, old.task, planned.eid)
-        begun = started(planned, spec, claim)
-        created = await (
-            self.store.create_unless_active(begun)
-            if exclusive
-            else self.store.create_execution(begun)
-        )
-        if isinstance(created, Holder):
-            raise Conflict(f"task {old.task!r} is running (execution {created.eid})")
-        if created is None:
+        result = await self.engine.start_new(planned)
+        decision, change = result.decision, result.change
+        if isinstance(decision, Refuse):
+            raise NotFound(decision.why)
+        if isinstance(decision, Decline):
+            raise Conflict(f"task {old.task!r} is running (execution {decision.active.eid})")
+        if change is None or change.stored is None:
             existing = (await self.store.resumes_of([eid])).get(eid)
             raise Conflict(f"execution {eid} was already resumed by {existing}")
-        await self.executor.recorder.written(Transition(planned, created), created)
         log.info(
             "execution_resumed",
             task=old.task,
-            execution_id=created.eid,
+            execution_id=change.stored.eid,
             resume_of=eid,
-            resume_attempt=created.resume_attempt,
+            resume_attempt=change.stored.resume_attempt,
             by=why,
         )
-        self.executor.trigger(created)
-        return created
+        return change.stored
 
     # -- tasks -----------------------------------------------------------------------------
 
@@ -230,10 +236,10 @@ class Commands:
                 name, paused, reason, following, version=current.version
             )
             if state is not None:
-                self.executor.metrics.excluded(name, excluded)
+                self.engine.metrics.excluded(name, excluded)
                 break
         else:
             raise Conflict(f"task {name!r} kept changing; try again")
         log.info("task_paused" if paused else "task_unpaused", task=name, reason=reason)
-        self.wake()
+        self.scheduler_wakeup.ring()
         return state

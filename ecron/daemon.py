@@ -33,7 +33,6 @@ from ecron.planning import FirstFireTimes
 from ecron.store.engine import cluster_lock
 from ecron.store.migrate import upgrade
 from ecron.store.sql import SqlStore
-from ecron.store.writer import StateWriter
 
 if TYPE_CHECKING:
     from ecron.queue import QueueConsumer
@@ -74,7 +73,6 @@ class Daemon:
                 seconds
             ),
         )
-        self.writer = StateWriter(self.store)
         self.session = session = _session(settings.poll_workers)
         #: The callback secret is the one thing read from the database, at start.
         self.caller = HttpCaller(
@@ -88,7 +86,6 @@ class Daemon:
         self.notifier = Notifier(settings.notify, self.specs, session, metrics, self.node_id)
         self.parts = parts = Parts.build(
             store=self.store,
-            writer=self.writer,
             caller=self.caller,
             clock=self.clock,
             settings=settings,
@@ -97,8 +94,10 @@ class Daemon:
             metrics=metrics,
             notifier=self.notifier,
         )
-        self.executor, self.scheduler, self.patrol = parts.executor, parts.scheduler, parts.patrol
+        self.engine, self.scheduler, self.patrol = parts.engine, parts.scheduler, parts.patrol
         self.leases = parts.leases
+        #: Groups the state writes (the recorder's).
+        self.writer = parts.recorder.writer
         #: The Redis Streams consumer, when the daemon has a ``queue``.
         self.queue = None if settings.queue is None else self._consumer(settings.queue)
         self._stack = AsyncExitStack()
@@ -161,7 +160,7 @@ class Daemon:
         await self._serve_api()
         group = await self._stack.enter_async_context(asyncio.TaskGroup())
         loops = {
-            "ecron-executor": self.executor.run,
+            "ecron-engine": self.engine.run,
             "ecron-scheduler": self.scheduler.run,
             "ecron-keep-alive": self.leases.run,
             "ecron-patrol": self.patrol.run,
@@ -227,8 +226,8 @@ class Daemon:
         """Take new task definitions (SIGHUP): the database follows, running work goes on."""
         hide(config_secrets(config))
         removed = {name: spec for name, spec in self.specs.items() if name not in config.tasks}
-        running = {execution.task for execution in self.executor.held.values()}
-        self.executor.calls.retire(removed, running)
+        running = {execution.task for execution in self.engine.held.values()}
+        self.engine.calls.retire(removed, running)
         self.specs.clear()
         self.specs.update(config.tasks)
         self.parts.bookkeeping.chains.refresh()
@@ -249,7 +248,7 @@ class Daemon:
             if self.queue is not None:
                 self.queue.stop()
             await self._end({"ecron-scheduler", "ecron-patrol", "ecron-queue"}, SHUTDOWN_GRACE)
-            await self.executor.drain(SHUTDOWN_GRACE)
+            await self.engine.drain(SHUTDOWN_GRACE)
             await self.parts.bookkeeping.close()
             await self.parts.recorder.close()
             await self.notifier.drain(SHUTDOWN_GRACE)  # alerts of the last ends, too

@@ -26,7 +26,7 @@ import structlog
 
 from ecron.clock import Clock
 from ecron.config.model import DaemonSettings
-from ecron.core import Execution, Status
+from ecron.core import Execution, Status, due_at
 from ecron.executor.held import Held
 from ecron.metrics import Metrics
 from ecron.store.base import Claimed, Planner, Store
@@ -59,7 +59,6 @@ class Leases:
         settings: DaemonSettings,
         node_id: str,
         metrics: Metrics,
-        due_of: Callable[[Execution], datetime],
     ) -> None:
         self.store = store
         self.held = held
@@ -67,14 +66,11 @@ class Leases:
         self.settings = settings
         self.node_id = node_id
         self.metrics = metrics
-        self.due_of = due_of
         #: Nodes with a recent heartbeat (this one included).
         self.live_nodes = 1
         self._next_takeover: datetime | None = None
         self._next_own_sweep: datetime | None = None
         self._stopping = asyncio.Event()
-        #: Called with the eids whose leases this node lost or let lapse.
-        self.on_lost: Callable[[list[str]], None] = self._forget
 
     # -- lease lengths --------------------------------------------------------------------
 
@@ -95,7 +91,7 @@ class Leases:
         def lease(execution: Execution) -> datetime:
             now = self.clock.now()
             if execution.status is Status.SCHEDULED:
-                return self.claim_until(max(now, self.due_of(execution)))
+                return self.claim_until(max(now, due_at(execution)))
             return self.full_until(now)
 
         return lease
@@ -182,7 +178,10 @@ class Leases:
         await self.store.release_leases(self.node_id, held)
         return len(held)
 
-    def _forget(self, eids: list[str]) -> None:
+    def _let_go(self, eids: list[str]) -> None:
+        """This node no longer holds ``eids`` (their leases were lost, or lapsed): whatever
+        was planned for them is dropped when it comes due (the engine drives only what is
+        held)."""
         for eid in eids:
             self.held.forget(eid)
 
@@ -202,11 +201,11 @@ class Leases:
                 log.exception("lease_renewal_failed", leases=len(self.held))
                 if self.clock.now() >= valid_until:
                     log.error("leases_expired_unrenewed", released=len(self.held))
-                    self.on_lost(list(self.held))
+                    self._let_go(list(self.held))
                 continue
             valid_until = self.full_until(now)
             if lost:
-                self.on_lost(lost)
+                self._let_go(lost)
 
     def stop(self) -> None:
         """End the renewal loop after the renewal under way, if any."""

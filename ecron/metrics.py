@@ -85,6 +85,21 @@ class Metrics:
             "Executions this node drives (held leases).",
             registry=registry,
         )
+        self.saturated = Gauge(
+            "ecron_node_saturated",
+            "1 while this node has more due polls than it can send (polls stretch evenly).",
+            registry=registry,
+        )
+        self.poll_delay = Gauge(
+            "ecron_poll_delay_seconds",
+            "How long the oldest due poll has waited for a worker.",
+            registry=registry,
+        )
+        self.poll_pace = Gauge(
+            "ecron_poll_pace",
+            "How many polls may be out at once (fewer while the event loop runs late).",
+            registry=registry,
+        )
         self.http_calls = Counter(
             "ecron_http_calls",
             "Calls to user services, by call and outcome.",

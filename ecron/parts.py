@@ -1,11 +1,17 @@
 """The engine's parts wired together, once: what the daemon runs and the tests drive.
 
-held ──────────────┐
-Recorder (writes) ─┼── Executor (timing, workers: trigger, poll, cancel)
-Calls (specs) ─────┘        ▲ start decisions
-Leases (claims, renewals, takeover) ── Scheduler (claims, starts, takeovers)
-Bookkeeping (ends: retries, failures in a row, alerts)
-Commands (run now, cancel, report, resume, pause: what the API asks) ── Patrol (housekeeping)
+Wiring goes down: each part is built after what it calls, and gets it in its constructor;
+none sets a hook on another afterwards, so the call graph is the import graph. The one
+thing that travels up is the scheduler's ``Wakeup``: made here, handed to the parts that
+ring it when they have new work for the scheduler (room for claims, a new fire time of an
+``after`` task, an unpause).
+
+    Patrol ─────────────┬──▶ Commands ──┐
+    Scheduler ──────────┤               ▼
+                        └──────────▶ Engine ──▶ Starts ──▶ Recorder ──▶ store
+                                       │ └──▶ Bookkeeping (ends: retries, counts, chains)
+                                       └──▶ Executor (timetable, hand-out) · calls (HTTP)
+    Leases (claims, renewals, takeover) ◀── Scheduler, Starts, Patrol
 """
 
 from __future__ import annotations
@@ -14,29 +20,29 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ecron.bookkeeping import Bookkeeping
-from ecron.clock import Clock
+from ecron.clock import Clock, Wakeup
 from ecron.commands import Commands
 from ecron.config.model import DaemonSettings, TaskSpec
+from ecron.engine import Engine
 from ecron.executor.calls import Calls
 from ecron.executor.held import Held
 from ecron.executor.http import HttpCaller
 from ecron.executor.recorder import Recorder
-from ecron.executor.runner import Executor
 from ecron.leases import Leases
 from ecron.metrics import Metrics
 from ecron.notify import Notifier
 from ecron.patrol import Patrol
 from ecron.scheduler import Scheduler
+from ecron.starts import Starts
 from ecron.store.base import Store
-from ecron.store.writer import StateWriter
 
 
 @dataclass(frozen=True, slots=True)
 class Parts:
-    """One node's engine."""
+    """One node's engine and the loops around it."""
 
     recorder: Recorder
-    executor: Executor
+    engine: Engine
     leases: Leases
     bookkeeping: Bookkeeping
     scheduler: Scheduler
@@ -48,7 +54,6 @@ class Parts:
         cls,
         *,
         store: Store,
-        writer: StateWriter,
         caller: HttpCaller,
         clock: Clock,
         settings: DaemonSettings,
@@ -57,21 +62,10 @@ class Parts:
         metrics: Metrics | None = None,
         notifier: Notifier | None = None,
     ) -> Parts:
-        """Wire the parts of one node over ``store``, ``writer`` and ``caller``."""
+        """Wire the parts of one node over ``store`` and ``caller``, bottom up."""
         metrics = metrics or Metrics()
+        wakeup = Wakeup()
         held = Held()
-        recorder = Recorder(
-            store=store,
-            writer=writer,
-            held=held,
-            calls=Calls(specs),
-            clock=clock,
-            metrics=metrics,
-            node_id=node_id,
-        )
-        executor = Executor(
-            recorder=recorder, caller=caller, clock=clock, workers=settings.poll_workers
-        )
         leases = Leases(
             store=store,
             held=held,
@@ -79,75 +73,79 @@ class Parts:
             settings=settings,
             node_id=node_id,
             metrics=metrics,
-            due_of=recorder.due_of,
         )
-
-        def forget(eids: list[str]) -> None:
-            for eid in eids:
-                executor.forget(eid)
-
-        leases.on_lost = forget
-        return cls._around(
-            recorder,
-            executor,
-            leases,
+        bookkeeping = Bookkeeping(
             store=store,
             clock=clock,
             settings=settings,
             node_id=node_id,
             specs=specs,
+            metrics=metrics,
+            scheduler_wakeup=wakeup,
             notifier=notifier,
+        )
+        recorder = Recorder(
+            store=store,
+            held=held,
+            calls=Calls(specs),
+            clock=clock,
+            metrics=metrics,
+            node_id=node_id,
+            plan_end=bookkeeping.with_end,
+        )
+        starts = Starts(store=store, recorder=recorder, leases=leases, clock=clock, specs=specs)
+        engine = Engine(
+            recorder=recorder,
+            caller=caller,
+            clock=clock,
+            starts=starts,
+            bookkeeping=bookkeeping,
+            scheduler_wakeup=wakeup,
+            workers=settings.poll_workers,
+        )
+        return cls._around(
+            recorder, engine, leases, bookkeeping, wakeup, store, clock, settings, node_id, specs
         )
 
     @classmethod
     def _around(
         cls,
         recorder: Recorder,
-        executor: Executor,
+        engine: Engine,
         leases: Leases,
-        *,
+        bookkeeping: Bookkeeping,
+        wakeup: Wakeup,
         store: Store,
         clock: Clock,
         settings: DaemonSettings,
         node_id: str,
         specs: Mapping[str, TaskSpec],
-        notifier: Notifier | None,
     ) -> Parts:
-        """The parts around the executor: bookkeeping, scheduler, commands, patrol."""
-        bookkeeping = Bookkeeping(
-            store=store,
-            executor=executor,
-            clock=clock,
-            settings=settings,
-            node_id=node_id,
-            specs=specs,
-            notifier=notifier,
-        )
-        recorder.on_finished = bookkeeping.finished
-        recorder.follow_ups = bookkeeping.with_end
+        """The parts that call the engine: the scheduler, the commands, the patrol."""
         scheduler = Scheduler(
             store=store,
-            executor=executor,
+            engine=engine,
             leases=leases,
             bookkeeping=bookkeeping,
             clock=clock,
             settings=settings,
             node_id=node_id,
             specs=specs,
+            wakeup=wakeup,
         )
         commands = Commands(
             store=store,
-            executor=executor,
+            engine=engine,
             bookkeeping=bookkeeping,
             clock=clock,
             node_id=node_id,
             specs=specs,
-            wake=scheduler.wake,
+            scheduler_wakeup=wakeup,
         )
         patrol = Patrol(
             store=store,
             commands=commands,
-            executor=executor,
+            engine=engine,
             leases=leases,
             bookkeeping=bookkeeping,
             clock=clock,
@@ -155,4 +153,4 @@ class Parts:
             node_id=node_id,
             specs=specs,
         )
-        return cls(recorder, executor, leases, bookkeeping, scheduler, commands, patrol)
+        return cls(recorder, engine, leases, bookkeeping, scheduler, commands, patrol)

@@ -21,8 +21,8 @@ from ecron.clock import Clock
 from ecron.commands import Commands
 from ecron.config.model import DaemonSettings, TaskSpec
 from ecron.core import Execution
+from ecron.engine import Engine
 from ecron.errors import Conflict, NotFound, NothingToResume
-from ecron.executor.runner import Executor
 from ecron.leases import Leases
 from ecron.overdue import Overdue
 from ecron.store.base import Store
@@ -47,7 +47,7 @@ class Patrol:
         *,
         store: Store,
         commands: Commands,
-        executor: Executor,
+        engine: Engine,
         leases: Leases,
         bookkeeping: Bookkeeping,
         clock: Clock,
@@ -57,7 +57,7 @@ class Patrol:
     ) -> None:
         self.store = store
         self.commands = commands
-        self.executor = executor
+        self.engine = engine
         self.leases = leases
         self.bookkeeping = bookkeeping
         self.clock = clock
@@ -65,12 +65,12 @@ class Patrol:
         self.node_id = node_id
         self.specs = specs
         self.overdue = Overdue(
-            store=store, specs=specs, metrics=executor.metrics, alert=bookkeeping.alert
+            store=store, specs=specs, metrics=engine.metrics, alert=bookkeeping.alert
         )
         self.jobs: dict[str, Job] = {
             "resume": self.auto_resume,
             "stale": self.stale,
-            "chains": bookkeeping.chains.sweep,
+            "chains": self.chains,
             "overdue": self.overdue.check,
             "retention": self.retention,
             "follow_ups": self.follow_ups,
@@ -106,7 +106,7 @@ class Patrol:
                 return None
             now = self.clock.now()
             counts: dict[str, int] = {}
-            metrics = self.executor.metrics
+            metrics = self.engine.metrics
             metrics.patrol_runs.inc()
             for name, job in self.jobs.items():
                 try:
@@ -146,9 +146,8 @@ class Patrol:
             assert execution.finished_at is not None
             last_chance = execution.finished_at + spec.resume.within - now
             if isinstance(exc, NothingToResume) or last_chance <= self.settings.patrol_interval:
-                await self.bookkeeping.give_up_resume(
-                    execution, f"not resumed within resume.within: {exc}"
-                )
+                why = f"not resumed within resume.within: {exc}"
+                self.engine.hold(await self.bookkeeping.give_up_resume(execution, why))
             else:
                 log.info(
                     "auto_resume_deferred",
@@ -162,7 +161,7 @@ class Patrol:
     async def stale(self, now: datetime) -> int:
         """Take over active executions nothing seems to drive (past their deadline, or in
         callback mode silent past ``heartbeat_timeout``, by ``STALE_MARGIN``), whoever holds
-        them, and let the executor end them as the rules say."""
+        them, and let the engine end them as the rules say."""
         silent = {
             name: now - spec.heartbeat_timeout - STALE_MARGIN
             for name, spec in self.specs.items()
@@ -177,13 +176,21 @@ class Patrol:
                 execution_id=execution.eid,
                 status=str(execution.status),
             )
-            self.executor.adopt(execution)
+            self.engine.adopt(execution)
         return len(taken)
+
+    async def chains(self, now: datetime) -> int:
+        """Start the chained runs whose start a node's death lost (``Chains.sweep``)."""
+        started = await self.bookkeeping.chains.sweep(now)
+        self.engine.hold(started)
+        return len(started)
 
     async def follow_ups(self, now: datetime) -> int:
         """What a node's death cut off after an end: ``after`` tasks left without a next
         fire time get one (see ``Bookkeeping.stalled_after_tasks``)."""
-        return await self.bookkeeping.stalled_after_tasks(now)
+        restarted, started = await self.bookkeeping.stalled_after_tasks(now)
+        self.engine.hold(started)
+        return restarted
 
     async def retention(self, now: datetime) -> int:
         """Delete final executions older than ``history_retention``, in bounded batches."""

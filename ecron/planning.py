@@ -5,7 +5,7 @@ nothing here does I/O. Every status an execution gets here comes from ``core.app
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -13,8 +13,10 @@ from ecron.backoff import delay_after, exponential
 from ecron.config.model import TaskSpec
 from ecron.core import (
     INTERRUPTED_REASONS,
-    Event,
     Execution,
+    FirePlan,
+    Gate,
+    Holder,
     Reason,
     Skipped,
     Status,
@@ -22,11 +24,10 @@ from ecron.core import (
     TriggerKind,
     TriggerSent,
     apply,
-    current_step,
+    in_flight,
 )
 from ecron.ids import new_eid, remote_id
 from ecron.schedules import Schedule, ScheduleKind, jitter_offset
-from ecron.store.base import FirePlan, Gate, Holder, TaskState
 
 #: At most this many fire times of one task are run in one claim (``run_all`` catches up in
 #: steps of this size).
@@ -79,20 +80,24 @@ class FirstFireTimes:
 
 
 def upcoming_fire_times(
-    task: TaskState, claimed: datetime | None, now: datetime, count: int
+    spec: TaskSpec,
+    next_fire_at: datetime | None,
+    paused: bool,
+    claimed: datetime | None,
+    now: datetime,
+    count: int,
 ) -> list[datetime]:
-    """The next ``count`` fire times of ``task`` that will run, its calendar and blackouts
-    applied: from the earliest one claimed ahead or its stored next one; for a paused task,
-    those it would have if unpaused at ``now``. None for a disabled task, a manual or chained
-    one; one for an ``after`` schedule (the next depend on ends)."""
-    spec = task.spec
+    """The next ``count`` fire times of task ``spec`` that will run, its calendar and
+    blackouts applied: from the earliest one claimed ahead or its stored ``next_fire_at``;
+    for a ``paused`` task, those it would have if unpaused at ``now``. None for a disabled
+    task, a manual or chained one; one for an ``after`` schedule (the next depend on ends)."""
     if not spec.enabled:
         return []
     fire_times = spec.fire_times
-    if task.paused:
+    if paused:
         first = fire_times.next(None, now)
     else:
-        stored = [when for when in (claimed, task.next_fire_at) if when is not None]
+        stored = [when for when in (claimed, next_fire_at) if when is not None]
         first = min(stored) if stored else None
     return fire_times.upcoming(first, count)
 
@@ -167,12 +172,16 @@ def claimed(
     task: str, when: datetime, claim: Claim, *, spec: TaskSpec, **values: object
 ) -> Execution:
     """A fire time ``when`` of ``task`` claimed by ``claim``'s node (SCHEDULED), with its
-    steps when the task has them, held until its start plus the claim's grace."""
+    steps when the task has them, held until its start plus the claim's grace. Its start
+    (``core.due_at``) is the fire time, or later: its jitter, or ``not_before`` in
+    ``values`` (a retry's backoff, a chained run's claim), whichever is latest."""
     eid = claim.new_id()
     start = when + jitter_offset(task, when, spec.jitter)
-    backoff_end = values.get("next_poll_at")
+    backoff_end = values.pop("not_before", None)
     if isinstance(backoff_end, datetime):
         start = max(start, backoff_end)
+    if start > when:
+        values["not_before"] = start
     return Execution(
         eid=eid,
         task=task,
@@ -184,25 +193,6 @@ def claimed(
         steps=new_steps(spec, eid),
         **values,  # type: ignore[arg-type]
     )
-
-
-def started(execution: Execution, spec: TaskSpec, claim: Claim) -> Execution:
-    """``execution`` (SCHEDULED) started at once: PENDING, its trigger about to leave, held
-    for a full lease (a manual run, a resume)."""
-    return apply(execution, trigger_sent(execution, spec), claim.now).after.evolve(
-        lease_until=claim.now + claim.lease_ttl
-    )
-
-
-def start_time(execution: Execution, spec: TaskSpec | None) -> datetime:
-    """When a claimed execution is due to start: its fire time plus jitter, or, for a
-    retry, the end of its backoff (``next_poll_at``)."""
-    due = execution.scheduled_at
-    if spec is not None:
-        due += jitter_offset(execution.task, execution.scheduled_at, spec.jitter)
-    if execution.next_poll_at is not None:
-        due = max(due, execution.next_poll_at)
-    return due
 
 
 def new_steps(spec: TaskSpec, eid: str) -> tuple[Step, ...]:
@@ -221,45 +211,98 @@ def skipped(task: str, when: datetime, claim: Claim, reason: Reason, message: st
     return apply(execution, Skipped(reason, message), claim.now).after
 
 
-def start_event(
-    execution: Execution, spec: TaskSpec | None, gate: Gate, now: datetime
-) -> Event | None:
-    """Whether a claimed execution starts at ``now``: the event to apply (its trigger
-    leaves, or a skip), or None when it must wait (``replace``: the older executions are
-    cancelled first; see ``to_replace``).
+@dataclass(frozen=True, slots=True)
+class Begin:
+    """It starts now: its trigger leaves (``event``)."""
 
-    The task no longer in the config, or paused (for all but manual runs): SKIPPED
-    ``paused``. Started more than ``misfire.grace`` late (handed back by a node that
-    stopped, adopted after a crash), a fire time of the schedule follows ``misfire.policy``:
-    ``skip`` skips it; ``run_once`` runs it only if no later fire time is claimed.
-    ``concurrency: forbid`` with an older execution still active: SKIPPED ``overlap``.
+    event: TriggerSent
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """A claimed run is not run after all: recorded SKIPPED (``event``)."""
+
+    event: Skipped
+
+
+@dataclass(frozen=True, slots=True)
+class Decline:
+    """A run people asked for finds the task running under ``concurrency: forbid``: nothing
+    is recorded, and ``active`` (the oldest active execution) is the answer."""
+
+    active: Holder
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    """A run people asked for cannot start at all (``why``: the task left the config)."""
+
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Defer:
+    """``concurrency: replace``: ``older`` are cancelled first, then it is decided again."""
+
+    older: tuple[Holder, ...]
+
+
+StartDecision = Begin | Skip | Decline | Refuse | Defer
+
+
+def asked_for(execution: Execution) -> bool:
+    """True for a run people asked for (a manual run, a resume): a paused task still runs
+    it, and under ``forbid`` an active execution answers it instead of a SKIPPED record."""
+    return execution.trigger_kind in (TriggerKind.MANUAL, TriggerKind.RESUME)
+
+
+def decide_start(
+    execution: Execution, spec: TaskSpec | None, gate: Gate, now: datetime
+) -> StartDecision:
+    """Whether ``execution`` (SCHEDULED: claimed, or a new run people asked for) starts at
+    ``now``, decided on ``gate`` (read in the start's transaction): the one place where
+    every kind of run meets the task's rules.
+
+    The task no longer in the config: SKIPPED ``retired`` (a run people asked for is
+    refused). Paused: SKIPPED ``paused``, except for runs people asked for. Started more
+    than ``misfire.grace`` late (handed back by a node that stopped, adopted after a crash),
+    a fire time of the schedule follows ``misfire.policy``: ``skip`` skips it; ``run_once``
+    runs it only if no later fire time is claimed. An older execution still active: under
+    ``forbid`` SKIPPED ``overlap`` (a run people asked for is answered by the active one);
+    under ``replace`` the older ones are cancelled first (``Defer``).
     """
+    asked = asked_for(execution)
     if spec is None or gate.retired:
-        return Skipped(Reason.PAUSED, "the task is no longer in the config")
-    if gate.paused and execution.trigger_kind is not TriggerKind.MANUAL:
-        return Skipped(Reason.PAUSED, gate.paused_reason or "the task is paused")
+        why = f"task {execution.task!r} is no longer in the config"
+        return Refuse(why) if asked else Skip(Skipped(Reason.RETIRED, why))
+    if gate.paused and not asked:
+        return Skip(Skipped(Reason.PAUSED, gate.paused_reason or "the task is paused"))
     if misfired(execution, spec, gate, now):
-        return Skipped(Reason.MISFIRE, "started too late (misfire policy)")
-    older = overlapping(execution, gate.active)
+        return Skip(Skipped(Reason.MISFIRE, "started too late (misfire policy)"))
+    older = tuple(other for other in gate.active if other.eid != execution.eid)
     if older and spec.concurrency == "forbid":
-        return Skipped(Reason.OVERLAP, f"execution {older[0].eid} was still {older[0].status}")
+        if asked:
+            return Decline(older[0])
+        why = f"execution {older[0].eid} was still {older[0].status}"
+        return Skip(Skipped(Reason.OVERLAP, why))
     if older and spec.concurrency == "replace":
-        return None
-    return trigger_sent(execution, spec)
+        return Defer(older)
+    return Begin(trigger_sent(execution, spec))
 
 
 def trigger_sent(execution: Execution, spec: TaskSpec) -> TriggerSent:
-    """The start of ``execution``: its trigger leaves, under the task's ``task_timeout`` and,
-    for a step, also the step's own (the earlier deadline holds)."""
-    step = current_step(execution)
-    if step is None:
+    """The start of the call in flight of ``execution``: its trigger leaves, under the
+    task's ``task_timeout`` and, for a step, also the step's own (the earlier deadline
+    holds)."""
+    number = in_flight(execution).number
+    if number is None:
         return TriggerSent(spec.task_timeout)
-    return TriggerSent(spec.task_timeout, spec.call(step.number).task_timeout)
+    return TriggerSent(spec.task_timeout, spec.call(number).task_timeout)
 
 
 def misfired(execution: Execution, spec: TaskSpec, gate: Gate, now: datetime) -> bool:
     """True when a fire time of the schedule starts more than ``misfire.grace`` late and the
-    policy says not to run it (see ``start_event``)."""
+    policy says not to run it (see ``decide_start``)."""
     if execution.trigger_kind is not TriggerKind.SCHEDULE or spec.misfire.policy == "run_all":
         return False
     if now - execution.scheduled_at <= spec.misfire.grace:
@@ -274,18 +317,6 @@ def is_late(execution: Execution, spec: TaskSpec | None, now: datetime) -> bool:
     """True when a start at ``now`` is past the misfire grace (its gate must then know the
     fire times claimed for later)."""
     return spec is not None and now - execution.scheduled_at > spec.misfire.grace
-
-
-def to_replace(execution: Execution, gate: Gate) -> list[Holder]:
-    """``concurrency: replace``: the active executions to cancel before ``execution`` runs."""
-    return overlapping(execution, gate.active)
-
-
-def overlapping(execution: Execution, active: Sequence[Holder]) -> list[Holder]:
-    """The other active executions of the task: under ``forbid`` any of them makes a start
-    an overlap, under ``replace`` each is cancelled first. Claims ahead (SCHEDULED) are not
-    active and never count."""
-    return [other for other in active if other.eid != execution.eid]
 
 
 def retry_delay(spec: TaskSpec, attempt: int) -> timedelta:
@@ -306,7 +337,7 @@ def resumable(execution: Execution) -> str | None:
 
 
 def plan_resume(old: Execution, spec: TaskSpec, claim: Claim) -> Execution:
-    """The resume of ``old`` (to be started at once, see ``started``): a new execution of
+    """The resume of ``old`` (to be started at once, through ``decide_start``): a new execution of
     the same fire time and attempt, one ``resume_attempt`` further. The steps that were
     SUCCESS before the first one that was not stay SUCCESS (with their old remote ids); from
     that one on, the steps start afresh under the new id (so does any step whose name
@@ -391,7 +422,7 @@ def plan_retry(
         spec=spec,
         trigger_kind=TriggerKind.RETRY,
         attempt=execution.attempt + 1,
-        next_poll_at=start,
+        not_before=start,
         upstream=execution.upstream,
     )
 
@@ -409,16 +440,12 @@ def outcome_of(execution: Execution, retried: bool, resumed: bool = False) -> bo
     return None
 
 
-def pauses(spec: TaskSpec, state: TaskState, succeeded: bool | None) -> bool:
-    """Whether the end just recorded on ``state`` pauses the task: a final failure that
-    makes ``pause_after_failures`` (> 0) in a row, on a task not paused already."""
+def pauses(spec: TaskSpec, failures: int, paused: bool, succeeded: bool | None) -> bool:
+    """Whether the end just recorded (the task now at ``failures`` in a row, ``paused`` or
+    not) pauses the task: a final failure that makes ``pause_after_failures`` (> 0) in a
+    row, on a task not paused already."""
     limit = spec.pause_after_failures
-    return (
-        succeeded is False
-        and limit > 0
-        and state.consecutive_failures >= limit
-        and not state.paused
-    )
+    return succeeded is False and limit > 0 and failures >= limit and not paused
 
 
 def pause_reason(spec: TaskSpec, execution: Execution) -> str:

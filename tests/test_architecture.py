@@ -1,17 +1,17 @@
 """The house rules of ``ecron/``, read from its source: no import circle, no import that
-DESIGN.md's "may touch" column forbids, and rooms of a size a reader can hold.
+DESIGN.md's "may touch" column forbids, wiring that goes down, and rooms of a size a
+reader can hold.
 
-The import graph is read with ``ast`` (every import, inside functions and
-``TYPE_CHECKING`` blocks too: each is a dependency of the design, whenever it runs).
+The import rules are import-linter contracts (``[tool.importlinter]`` in pyproject.toml:
+layers, forbidden imports, no circles between siblings at any depth), checked here by
+running it. What import-linter cannot see is checked here with ``ast``: no part sets a
+hook on another after it is built (STYLE.md rule 14), and sizes.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Iterator
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "ecron"
 
@@ -20,51 +20,6 @@ MODULE_LINES = 500
 FUNCTION_LINES = 60
 #: Generated schema migrations: one long function per revision is their shape.
 SIZE_EXEMPT = ("store/migrations/versions/",)
-
-#: The loops, and what wires them: no part below them may import these.
-LOOPS = {
-    "scheduler",
-    "executor",
-    "patrol",
-    "leases",
-    "bookkeeping",
-    "chains",
-    "overdue",
-    "parts",
-    "daemon",
-    "queue",
-}
-
-#: Per part, the parts it may import (besides itself); None: any.
-ALLOWED: dict[str, set[str] | None] = {
-    # Pure: no I/O, no clock, nothing else of ecron but the root of its errors.
-    "core": {"errors"},
-    # Config validates schedule expressions while loading, so that a bad cron names its
-    # file, task and field; ``schedules`` (with ``cron``) imports no other part (below), and
-    # ``calendars`` (a schedule's fire times less its calendar and blackouts) only them.
-    "config": {"calendars", "durations", "errors", "schedules"},
-    "calendars": {"cron", "durations", "errors", "schedules"},
-    "schedules": {"cron", "durations", "errors"},
-    # Cron's half of the fire-time math (APScheduler asked in UTC, then the zone's rules).
-    "cron": {"errors"},
-    "durations": {"errors"},
-    "errors": set(),
-    # Every backoff, built from tenacity alone.
-    "backoff": set(),
-    "clock": set(),
-    "ids": set(),
-}
-
-#: Per part, the parts it must not import.
-FORBIDDEN: dict[str, set[str]] = {
-    # The store keeps rows; fire times and pause rules are decided above it (planning).
-    "store": LOOPS | {"api", "commands", "cli", "schedules", "cron", "planning"},
-    "api": LOOPS | {"cli"},
-    "executor": {"scheduler", "patrol", "parts", "daemon", "api", "commands", "cli"},
-    "commands": {"scheduler", "patrol", "parts", "daemon", "api", "cli"},
-    # A pushed report's checks, shared by the callback endpoint and the queue consumer.
-    "pushed": LOOPS | {"api", "cli"},
-}
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -76,91 +31,6 @@ def module_name(path: Path, root: Path) -> str:
 def modules(root: Path) -> dict[str, Path]:
     """Every module under ``root``, by dotted name."""
     return {module_name(path, root): path for path in sorted(root.rglob("*.py"))}
-
-
-def imports(path: Path, known: Iterable[str], package: str) -> set[str]:
-    """The modules of ``known`` that the module at ``path`` imports (``from p import m``
-    names module ``p.m`` when there is one)."""
-    known = set(known)
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-            found |= {f"{node.module}.{alias.name}" for alias in node.names}
-    return {name for name in found if name in known and name.split(".")[0] == package}
-
-
-def graph(root: Path) -> dict[str, set[str]]:
-    """Module → the modules of the same package that it imports."""
-    found = modules(root)
-    return {name: imports(path, found, root.name) - {name} for name, path in found.items()}
-
-
-def circles(edges: dict[str, set[str]]) -> list[list[str]]:
-    """The import circles of ``edges``: strongly connected sets of more than one module
-    (Tarjan's algorithm, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-    for start in sorted(edges):
-        if start in index:
-            continue
-        work: list[tuple[str, Iterator[str]]] = [(start, iter(sorted(edges[start])))]
-        index[start] = low[start] = len(index)
-        stack.append(start)
-        on_stack.add(start)
-        while work:
-            node, following = work[-1]
-            step = next(following, None)
-            if step is not None:
-                if step not in index:
-                    index[step] = low[step] = len(index)
-                    stack.append(step)
-                    on_stack.add(step)
-                    work.append((step, iter(sorted(edges.get(step, ())))))
-                elif step in on_stack:
-                    low[node] = min(low[node], index[step])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                members = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    members.append(member)
-                    if member == node:
-                        break
-                if len(members) > 1:
-                    found.append(sorted(members))
-    return found
-
-
-def part(module: str) -> str:
-    """The part a module belongs to: ``ecron.store.sql`` → ``store``."""
-    pieces = module.split(".")
-    return pieces[1] if len(pieces) > 1 else pieces[0]
-
-
-def broken_rules(edges: dict[str, set[str]]) -> list[str]:
-    """Every import that ``ALLOWED`` or ``FORBIDDEN`` rules out, as ``a -> b``."""
-    broken = []
-    for module, targets in sorted(edges.items()):
-        source = part(module)
-        allowed = ALLOWED.get(source)
-        forbidden = FORBIDDEN.get(source, set())
-        for target in sorted(targets):
-            other = part(target)
-            if other == source or other == "ecron":
-                continue
-            if (allowed is not None and other not in allowed) or other in forbidden:
-                broken.append(f"{module} -> {target}")
-    return broken
 
 
 def oversized(root: Path) -> list[str]:
@@ -183,29 +53,123 @@ def oversized(root: Path) -> list[str]:
 # --- the rules, on ecron ------------------------------------------------------------------
 
 
-def test_ecron_has_no_import_circle() -> None:
-    """No module of ecron imports, directly or through others, a module that imports it."""
-    assert circles(graph(ROOT)) == []
+def test_the_import_linter_contracts_are_kept() -> None:
+    """Every contract in pyproject.toml (the engine's layers, the API through commands, a
+    pure core, the store below the rules, no circle at any depth) holds."""
+    from importlinter.cli import lint_imports
+
+    assert lint_imports(config_filename=str(ROOT.parent / "pyproject.toml"), no_cache=True) == 0
 
 
-def test_every_import_is_one_the_parts_table_allows() -> None:
-    """``core`` imports no other part (but ``errors``), ``config`` only durations, errors,
-    schedules and calendars, the store no loop, the API no loop (it acts through
-    ``commands``)."""
-    assert broken_rules(graph(ROOT)) == []
+def test_the_import_linter_contracts_can_fail(tmp_path: Path) -> None:
+    """The same contracts on a copy of ``ecron/`` where ``core`` imports the store, and the
+    executor imports the scheduler: broken."""
+    import shutil
+    import subprocess
+    import sys
+
+    copy = tmp_path / "ecron"
+    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "core" / "bad.py").write_text("from ecron.store.base import Store\n")
+    (copy / "executor" / "bad.py").write_text("from ecron.scheduler import Scheduler\n")
+    shutil.copy(ROOT.parent / "pyproject.toml", tmp_path / "pyproject.toml")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from importlinter.cli import lint_imports_command; lint_imports_command()",
+            "--no-cache",
+        ],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "core is pure" in done.stdout and "BROKEN" in done.stdout
+    assert "ecron.core.bad -> ecron.store.base" in done.stdout
+    assert "ecron.executor.bad -> ecron.scheduler" in done.stdout
+
+
+def hooks_set_after_construction(root: Path) -> list[str]:
+    """The places where one object sets a hook on another after it was built (STYLE.md
+    rule 14): an attribute of something other than ``self`` assigned a lambda, a function
+    defined inside the enclosing function, or a method of some object (``x.on_done =
+    y.handle``; an attribute copied under its own name, ``self.a = other.a``, is not one)."""
+    found: list[tuple[str, int]] = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for function in ast.walk(tree):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            local = {
+                node.name
+                for node in ast.walk(function)
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node is not function
+            }
+            for node in ast.walk(function):
+                if isinstance(node, ast.Assign) and any(
+                    _is_hook(target, node.value, local) for target in node.targets
+                ):
+                    found.append((path.relative_to(root.parent).as_posix(), node.lineno))
+    return [f"{path}:{line}" for path, line in sorted(set(found))]
+
+
+def _is_hook(target: ast.expr, value: ast.expr, local: set[str]) -> bool:
+    if not isinstance(target, ast.Attribute):
+        return False
+    if isinstance(target.value, ast.Name) and target.value.id == "self":
+        return False
+    if isinstance(value, ast.Lambda):
+        return True
+    if isinstance(value, ast.Name):
+        return value.id in local
+    if isinstance(value, ast.Attribute):
+        own = isinstance(value.value, ast.Name) and value.value.id == "self"
+        return own or value.attr != target.attr
+    return False
+
+
+def test_no_part_sets_a_hook_on_another_after_it_is_built() -> None:
+    """Wiring goes down, in constructors: nowhere in ``ecron/`` is a bound method, a lambda
+    or a local function assigned to another object's attribute, so the call graph is the
+    import graph and a reader following a call never climbs back up."""
+    assert hooks_set_after_construction(ROOT) == []
+
+
+def test_a_hook_set_after_construction_is_found(tmp_path: Path) -> None:
+    """Each way of setting a hook on another object is found; keeping one's own state, or
+    copying another's attribute under its own name, is not."""
+    root = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "wiring.py": (
+                "def wire(a, b):\n"
+                "    def local():\n        pass\n"
+                "    a.on_done = b.handle\n"
+                "    a.starter = lambda: None\n"
+                "    b.callback = local\n"
+                "    a.store = b.store\n"
+                "class Part:\n"
+                "    def __init__(self, other):\n"
+                "        self.run = other.run\n"
+                "        other.wake = self.wake\n"
+            ),
+        },
+    )
+    assert hooks_set_after_construction(root) == [
+        "ecron/wiring.py:4",
+        "ecron/wiring.py:5",
+        "ecron/wiring.py:6",
+        "ecron/wiring.py:11",
+    ]
 
 
 def test_modules_and_functions_stay_short() -> None:
     """Modules of at most 500 lines, functions of at most 60 (migrations excepted)."""
     assert oversized(ROOT) == []
-
-
-def test_the_api_reaches_the_engine_through_commands_only() -> None:
-    """The handlers' context holds the store and the commands, and no loop."""
-    edges = graph(ROOT)
-    api = {t for m, targets in edges.items() if part(m) == "api" for t in targets}
-    assert "ecron.commands" in api
-    assert {part(t) for t in api} & LOOPS == set()
 
 
 # --- the checks themselves can fail -------------------------------------------------------
@@ -220,44 +184,14 @@ def _package(tmp_path: Path, files: dict[str, str]) -> Path:
     return root
 
 
-def test_a_circle_through_three_modules_is_found(tmp_path: Path) -> None:
-    """a → b → c → a is one circle; d, importing a, is not in it."""
-    root = _package(
-        tmp_path,
-        {
-            "__init__.py": "",
-            "a.py": "from ecron import b\n",
-            "b.py": "import ecron.c\n",
-            "c.py": "def f():\n    from ecron.a import x\n",
-            "d.py": "from ecron.a import y\n",
-        },
-    )
-    assert circles(graph(root)) == [["ecron.a", "ecron.b", "ecron.c"]]
-
-
-def test_a_forbidden_import_and_a_long_function_are_found(tmp_path: Path) -> None:
-    """``core`` importing the store breaks a rule; a 61-line function is too long."""
+def test_a_long_function_is_found(tmp_path: Path) -> None:
+    """A 61-line function is too long."""
     body = "".join(f"    x{n} = {n}\n" for n in range(60))
     root = _package(
         tmp_path,
-        {
-            "__init__.py": "",
-            "core/__init__.py": "from ecron.store.base import Store\n",
-            "store/__init__.py": "",
-            "store/base.py": f"class Store: ...\ndef long():\n{body}",
-        },
+        {"__init__.py": "", "store/__init__.py": "", "store/base.py": f"def long():\n{body}"},
     )
-    assert broken_rules(graph(root)) == ["ecron.core -> ecron.store.base"]
     assert oversized(root) == ["ecron.store.base.long: 61 lines"]
-
-
-@pytest.mark.parametrize(
-    ("module", "expected"),
-    [("ecron.store.sql", "store"), ("ecron.commands", "commands"), ("ecron", "ecron")],
-)
-def test_a_module_belongs_to_its_part(module: str, expected: str) -> None:
-    """The part is the first name under ``ecron``."""
-    assert part(module) == expected
 
 
 def test_every_error_ecron_defines_is_an_ecron_error() -> None:

@@ -63,11 +63,11 @@ async def test_chained_runs_obey_their_own_pause_calendar_and_concurrency(
         busy, _ = await r.commands.run_now("busy")
         await wait_for(lambda: r.status_is(busy.eid, Status.RUNNING))
         up = await ended_upstream(r, "up")
-        await r.parts.bookkeeping.chain(up)
+        r.engine.hold(await r.parts.bookkeeping.chain(up))
         await r.start_due(T0 + SECOND)
         await wait_for(lambda: r.any_status("free", Status.RUNNING))
         found = {name: await r.executions(name) for name in ("paused", "weekend", "busy", "free")}
-        excluded = r.executor.metrics.fires_excluded._counts
+        excluded = r.engine.metrics.fires_excluded._counts
     [paused] = found["paused"]
     assert (paused.status, paused.reason, paused.upstream) == (
         Status.SKIPPED,
@@ -98,8 +98,8 @@ async def test_one_upstream_fire_time_makes_one_chained_run_and_its_retry_keeps_
     ]
     async with rig(database_url, specs, T0) as r:
         up = await ended_upstream(r, "up")
-        await r.parts.bookkeeping.chain(up)
-        await r.parts.bookkeeping.chain(up)
+        r.engine.hold(await r.parts.bookkeeping.chain(up))
+        r.engine.hold(await r.parts.bookkeeping.chain(up))
         await r.start_due(T0 + SECOND)
         await wait_for(lambda: r.count_is("down", 2))
         await r.start_due(T0 + 12 * SECOND)
@@ -107,7 +107,7 @@ async def test_one_upstream_fire_time_makes_one_chained_run_and_its_retry_keeps_
         resumed = await ended_upstream(
             r, "up", resume_of=up.eid, resume_attempt=1, trigger_kind=TriggerKind.RESUME
         )
-        await r.parts.bookkeeping.chain(resumed)
+        r.engine.hold(await r.parts.bookkeeping.chain(resumed))
         after_resume = await r.executions("down")
     first, second = runs
     assert (first.trigger_kind, first.status, first.upstream) == (
@@ -138,15 +138,15 @@ async def test_a_fan_in_waits_for_every_upstream_and_a_failed_one_holds_it_back(
     url = f"{user_service.url}/jobs/x"
     specs = [task("a", url), task("b", url), task("join", url, schedule={"after_task": ["a", "b"]})]
     async with rig(database_url, specs, T0) as r:
-        await r.parts.bookkeeping.chain(await ended_upstream(r, "a"))
+        r.engine.hold(await r.parts.bookkeeping.chain(await ended_upstream(r, "a")))
         nothing_yet = await r.executions("join")
         failed = await ended_upstream(r, "b", Status.FAILED)
-        await r.parts.bookkeeping.chain(failed)
+        r.engine.hold(await r.parts.bookkeeping.chain(failed))
         still_nothing = await r.executions("join")
         resumed = await ended_upstream(
             r, "b", resume_of=failed.eid, resume_attempt=1, trigger_kind=TriggerKind.RESUME
         )
-        await r.parts.bookkeeping.chain(resumed)
+        r.engine.hold(await r.parts.bookkeeping.chain(resumed))
         joined = await r.executions("join")
     assert nothing_yet == [] and still_nothing == []
     assert [(e.scheduled_at, e.upstream) for e in joined] == [(T0, resumed.eid)]

@@ -63,7 +63,7 @@ def running(**changes: Any) -> Execution:
         triggered_at=T0,
         last_report_at=T0,
         deadline=T0 + timedelta(hours=1),
-        next_poll_at=T0 + 5 * SECOND,
+        not_before=T0 + 5 * SECOND,
     ).evolve(**changes)
 
 
@@ -119,7 +119,7 @@ def executions(draw: st.DrawFn) -> Execution:
         deadline=deadline,
         last_report_at=draw(st.none() | moments),
         finished_at=draw(moments) if status in FINAL else None,
-        next_poll_at=None if status in FINAL else draw(st.none() | moments),
+        not_before=draw(st.none() | moments),
         probe_failures=draw(st.integers(min_value=0, max_value=6)),
         cancel_sent_at=draw(st.none() | moments),
         cancel_acknowledged=draw(st.none() | st.booleans()) if status in FINAL else None,
@@ -210,11 +210,11 @@ def test_every_transition_keeps_the_invariants_of_the_state_machine(
             assert after.status in TRANSITIONS[before.status]
         if result.finished:
             assert after.finished_at == now
-            assert after.next_poll_at is None
         elif not after.is_final:
             assert after.finished_at is None
         else:
             assert after.finished_at == before.finished_at
+        assert after.not_before == before.not_before  # a fact of the run: never moved
         assert result.changed == (after != before)
         assert after.eid == before.eid
         assert after.scheduled_at == before.scheduled_at
@@ -236,7 +236,7 @@ def test_apply_never_mutates_its_input(start: Execution, event: Event, offset: t
 @given(start=executions(), event=events, offset=offsets)
 def test_a_final_execution_never_changes(start: Execution, event: Event, offset: timedelta) -> None:
     """Whatever happens to a final execution, apply hands it back unchanged."""
-    final = start.evolve(status=Status.CANCELLED, reason=None, finished_at=T0, next_poll_at=None)
+    final = start.evolve(status=Status.CANCELLED, reason=None, finished_at=T0, not_before=None)
     result = apply(final, event, T0 + offset)
     assert result.after == final
     assert not result.changed
@@ -248,14 +248,36 @@ def test_a_final_execution_never_changes(start: Execution, event: Event, offset:
 def test_a_report_at_or_after_the_deadline_only_asks_for_the_cancel_call(
     start: Execution, report_: Report, channel: Channel, late: timedelta
 ) -> None:
-    """Past the deadline a report of any kind, on any channel, changes nothing; cancel is due."""
+    """Past the deadline a report of any kind, on any channel, changes nothing; cancel is due
+    (once: see the next test)."""
     active = start.evolve(
-        status=Status.RUNNING, reason=None, finished_at=None, deadline=T0, progress=50.0
+        status=Status.RUNNING,
+        reason=None,
+        finished_at=None,
+        deadline=T0,
+        progress=50.0,
+        cancel_sent_at=None,
     )
     result = apply(active, Reported(report_, channel), T0 + late)
     assert result.after == active
     assert result.cancel_due
     assert result.ignored == "deadline passed"
+
+
+@given(start=executions(), report_=reports(), channel=st.sampled_from(Channel), late=offsets)
+def test_once_the_cancel_call_was_sent_reports_and_failed_probes_change_nothing(
+    start: Execution, report_: Report, channel: Channel, late: timedelta
+) -> None:
+    """PROTOCOL.md: after a cancel, later reports change nothing, before or after the
+    deadline, on every channel; neither does a failed probe. Only the stop ends it."""
+    sent = start.evolve(status=Status.RUNNING, reason=None, finished_at=None, cancel_sent_at=T0)
+    for event in (Reported(report_, channel), ProbeFailed("unreachable", 1, "gone")):
+        result = apply(sent, event, T0 + late)
+        assert result.after == sent
+        assert not result.cancel_due
+        assert result.ignored == "the cancel call was sent"
+    stopped = apply(sent, Stopped(Status.CANCELLED, True, "cancelled"), T0 + late)
+    assert stopped.after.status is Status.CANCELLED
 
 
 # --- parse_report ---------------------------------------------------------------------------
@@ -502,7 +524,7 @@ def test_a_success_report_sets_progress_to_100_and_finishes_with_the_result() ->
     assert after.result == {"rows": 7}
     assert after.result_truncated is False
     assert after.message == "done"
-    assert after.next_poll_at is None
+    assert after.not_before == T0 + 5 * SECOND  # kept: when it could start, not a poll time
 
 
 def test_a_success_report_with_a_low_progress_still_ends_at_100() -> None:
@@ -611,7 +633,7 @@ def test_an_execution_without_a_deadline_never_passes_it() -> None:
 @pytest.mark.parametrize("status", sorted(FINAL))
 def test_a_report_about_a_final_execution_changes_nothing(status: Status) -> None:
     """Once final, later reports (even a SUCCESS) are ignored, on every channel."""
-    final = running(status=status, finished_at=T0, next_poll_at=None)
+    final = running(status=status, finished_at=T0, not_before=None)
     for channel in Channel:
         for said in ("RUNNING", "SUCCESS", "FAILED", "UNKNOWN"):
             result = apply(final, report(said, progress=99, channel=channel), T0 + SECOND)
@@ -731,7 +753,7 @@ def test_stopped_ends_the_execution_and_records_the_acknowledgement(
     assert result.after.reason is None
     assert result.after.cancel_acknowledged is acknowledged
     assert result.after.finished_at == now
-    assert result.after.next_poll_at is None
+    assert result.after.not_before == T0 + 5 * SECOND
     assert result.after.progress == 10.0
 
 

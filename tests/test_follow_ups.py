@@ -4,16 +4,17 @@ the end died (or lost the database) before it could record the end on the task."
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
 
-from ecron.core import Reason, Status, TriggerKind
+from ecron.core import Execution, Reason, Status, TriggerKind
 from tests.conftest import task
 from tests.protocol_support import reply
-from tests.support.rig import rig
+from tests.support.rig import Rig, rig
 from tests.support.service import UserService, wait_for
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -24,6 +25,16 @@ DELAY = timedelta(minutes=10)
 def database_url(tmp_path: Path) -> str:
     """The rules do not depend on the database: SQLite here."""
     return f"sqlite+aiosqlite:///{tmp_path / 'ecron.db'}"
+
+
+def dies_after_ends(r: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node dies right after each end is written: its end's book-keeping (what
+    ``Bookkeeping.finished`` records and sets off) never happens."""
+
+    async def never_booked(_: Execution, __: Sequence[Execution] | None = None) -> list[Execution]:
+        return []
+
+    monkeypatch.setattr(r.parts.bookkeeping, "finished", never_booked)
 
 
 async def test_an_after_task_whose_fire_time_is_skipped_as_too_late_at_its_start_fires_again(
@@ -38,8 +49,9 @@ async def test_an_after_task_whose_fire_time_is_skipped_as_too_late_at_its_start
         schedule={"after": "10m"},
         misfire={"policy": "skip", "grace": "1m"},
     )
-    async with rig(database_url, [spec], T0) as r:
-        await r.scheduler.claim_fires(T0)
+    ahead = T0 - timedelta(seconds=1)
+    async with rig(database_url, [spec], ahead, prefetch=timedelta(seconds=2)) as r:
+        await r.scheduler.claim_fires(ahead)  # claimed ahead, not started: the node stalls
         skipped_at = T0 + timedelta(minutes=5)
         await r.start_due(skipped_at)
         [skipped] = await r.settled("a", 1)
@@ -49,7 +61,7 @@ async def test_an_after_task_whose_fire_time_is_skipped_as_too_late_at_its_start
 
 
 async def test_an_after_task_whose_end_was_never_recorded_on_it_is_restarted_by_the_patrol(
-    database_url: str, user_service: UserService
+    database_url: str, user_service: UserService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """{after: 10m}: the node writes its execution's SUCCESS and dies before recording the
     end on the task (the book-keeping never runs), which leaves the task without a next
@@ -58,12 +70,12 @@ async def test_an_after_task_whose_end_was_never_recorded_on_it_is_restarted_by_
     user_service.duration = 0
     spec = task("a", f"{user_service.url}/jobs/x", schedule={"after": "10m"})
     async with rig(database_url, [spec], T0) as r:
-        booking = r.parts.recorder.on_finished
-        r.parts.recorder.on_finished = None  # the node dies right after the end's write
-        await r.tick(T0)
-        [ended] = await r.settled("a", 1)
-        stalled = await r.store.get_task("a")
-        r.parts.recorder.on_finished = booking  # another node (or this one, restarted)
+        with monkeypatch.context() as patched:
+            dies_after_ends(r, patched)
+            await r.tick(T0)
+            [ended] = await r.settled("a", 1)
+            stalled = await r.store.get_task("a")
+        # another node (or this one, restarted) goes on from here
         assert ended.finished_at is not None
         r.clock.set(ended.finished_at + r.parts.leases.settings.lease_ttl + timedelta(seconds=1))
         with capture_logs() as logs:
@@ -82,7 +94,7 @@ async def test_an_after_task_whose_end_was_never_recorded_on_it_is_restarted_by_
 
 
 async def test_the_patrol_leaves_an_after_task_alone_while_its_last_end_may_still_be_booked(
-    database_url: str, user_service: UserService
+    database_url: str, user_service: UserService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The same stalled task, looked at by the patrol less than lease_ttl after the end (the
     node that wrote it may be booking it right now): nothing is done yet; looked at once the
@@ -90,25 +102,24 @@ async def test_the_patrol_leaves_an_after_task_alone_while_its_last_end_may_stil
     user_service.duration = 0
     spec = task("a", f"{user_service.url}/jobs/x", schedule={"after": "10m"})
     async with rig(database_url, [spec], T0) as r:
-        booking = r.parts.recorder.on_finished
-        r.parts.recorder.on_finished = None
-        await r.tick(T0)
-        [ended] = await r.settled("a", 1)
-        r.parts.recorder.on_finished = booking
+        with monkeypatch.context() as patched:
+            dies_after_ends(r, patched)
+            await r.tick(T0)
+            [ended] = await r.settled("a", 1)
         assert ended.finished_at is not None
         r.clock.set(ended.finished_at + timedelta(seconds=1))
         early = await r.patrol.run_once()
         r.clock.set(ended.finished_at + r.parts.leases.settings.lease_ttl + timedelta(seconds=1))
         late = await r.patrol.run_once()
         again = await r.patrol.run_once()
-        await wait_for(lambda: r.executor.idle)
+        await wait_for(lambda: r.engine.idle)
     assert early is not None and early["follow_ups"] == 0
     assert late is not None and late["follow_ups"] == 1
     assert again is not None and again["follow_ups"] == 0
 
 
 async def test_a_failure_and_its_retry_are_written_together_so_a_death_after_the_end_keeps_it(
-    database_url: str, user_service: UserService
+    database_url: str, user_service: UserService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """retry {max_attempts: 1, backoff: 30s}: the execution of fire time T0 fails, and the
     node dies right after writing the end (its book-keeping never runs). The retry is in the
@@ -124,7 +135,7 @@ async def test_a_failure_and_its_retry_are_written_together_so_a_death_after_the
         retry={"max_attempts": 1, "backoff": "30s"},
     )
     async with rig(database_url, [spec], T0) as r:
-        r.parts.recorder.on_finished = None  # the node dies right after the end's write
+        dies_after_ends(r, monkeypatch)
         await r.tick(T0)
         await wait_for(lambda: r.any_status("a", Status.FAILED))
         found = await r.executions("a")
@@ -137,7 +148,7 @@ async def test_a_failure_and_its_retry_are_written_together_so_a_death_after_the
     )
     assert retry.scheduled_at == failed.scheduled_at == T0
     assert failed.finished_at is not None
-    assert retry.next_poll_at == failed.finished_at + timedelta(seconds=30)
+    assert retry.not_before == failed.finished_at + timedelta(seconds=30)
 
 
 async def test_a_retry_planned_with_its_end_is_started_once_by_the_node_that_wrote_it(
@@ -158,8 +169,8 @@ async def test_a_retry_planned_with_its_end_is_started_once_by_the_node_that_wro
         await r.tick(T0)
         await wait_for(lambda: r.count_is("a", 2))
         [_failed, retry] = await r.executions("a")
-        assert retry.next_poll_at is not None
-        await r.start_due(retry.next_poll_at)
+        assert retry.not_before is not None
+        await r.start_due(retry.not_before)
         found = await r.settled("a", 2)
         state = await r.store.get_task("a")
     assert [(e.attempt, e.status) for e in found] == [(1, Status.FAILED), (2, Status.SUCCESS)]

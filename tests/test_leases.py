@@ -94,7 +94,7 @@ async def test_a_node_whose_lease_was_taken_over_cannot_write_the_execution_any_
             eid = await run_once(daemon, "job")
             await wait_for(lambda: len(user_service.calls_for(eid, "GET")) >= 2, timeout=5)
             taken = await take_over(intruder, eid, "intruder")
-            await wait_for(lambda: eid not in daemon.executor.inflight, timeout=5)
+            await wait_for(lambda: eid not in daemon.engine.held, timeout=5)
             # Until its write-behind write is refused the node may poll on (a read, harmless,
             # as many as the write took: more on a loaded machine); once it let go, none.
             polls = len(user_service.calls_for(eid, "GET"))
@@ -123,7 +123,7 @@ async def test_a_node_that_lost_its_lease_learns_it_at_the_next_renewal_without_
             eid = await run_once(daemon, "job")
             await wait_for(lambda: len(user_service.calls_for(eid, "GET")) >= 2, timeout=5)
             await take_over(intruder, eid, "intruder")
-            await wait_for(lambda: eid not in daemon.executor.inflight, timeout=3)
+            await wait_for(lambda: eid not in daemon.engine.held, timeout=3)
             polls = len(user_service.calls_for(eid, "GET"))
             await polled_again(user_service, watcher)  # polls of "job" would have gone on
     finally:

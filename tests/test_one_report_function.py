@@ -52,14 +52,14 @@ def test_reports_become_one_event_in_two_adapters_and_reach_core_apply_through_t
     None
 ):
     """``Reported`` is built only by ``executor.outcomes`` (trigger and poll answers, single
-    and batch) and ``Executor.report`` (callbacks and queue messages); ``core.apply`` is
-    called by the Recorder, and otherwise only by the claim and start planning, which apply
-    no report (they import no ``Reported``)."""
-    assert calls_to("Reported") == {"executor.outcomes", "executor.runner"}
-    assert calls_to("poll_event") == {"executor.polls"}
+    and batch) and ``Commands.report`` (callbacks and queue messages); ``core.apply`` is
+    called by the Recorder, and otherwise only by the start path and the claim planning,
+    which apply no report (they import no ``Reported``)."""
+    assert calls_to("Reported") == {"executor.outcomes", "commands"}
+    assert calls_to("poll_event") == {"executor.perform"}
     assert calls_to("take_report") == {"api.executions", "queue"}
-    assert calls_to("apply") == {"executor.recorder", "scheduler", "planning"}
-    for module in ("scheduler", "planning"):
+    assert calls_to("apply") == {"executor.recorder", "starts", "planning"}
+    for module in ("starts", "planning"):
         assert "Reported" not in (ROOT / f"{module}.py").read_text()
 
 

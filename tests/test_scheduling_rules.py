@@ -156,9 +156,9 @@ def test_a_failed_execution_is_retried_with_the_next_attempt_and_the_same_fire_t
     retry = plan_retry(failed(), spec, claim_at(T0), None)
     assert retry is not None
     assert (retry.attempt, retry.scheduled_at, retry.trigger_kind) == (2, T0, TriggerKind.RETRY)
-    assert retry.next_poll_at == T0 + timedelta(seconds=30)
+    assert retry.not_before == T0 + timedelta(seconds=30)
     second = plan_retry(failed(attempt=2), spec, claim_at(T0), None)
-    assert second is not None and second.next_poll_at == T0 + timedelta(minutes=1)
+    assert second is not None and second.not_before == T0 + timedelta(minutes=1)
     assert plan_retry(failed(attempt=3), spec, claim_at(T0), None) is None
 
 
@@ -334,7 +334,7 @@ async def test_an_after_task_fires_its_delay_after_the_previous_execution_ended(
         await r.tick(T0)
         await wait_for(lambda: r.any_status("a", Status.RUNNING))
         r.clock.set(T0 + timedelta(minutes=3))
-        r.executor.wake()
+        r.engine.wake()
         [done] = await r.settled("a", 1)
         stored = await r.store.get_task("a")
         await r.tick(T0 + timedelta(minutes=12))
@@ -382,11 +382,14 @@ async def test_a_claimed_fire_time_of_a_task_paused_before_it_starts_is_skipped_
     """Claimed ahead of time, then the task is paused: at its start it is SKIPPED paused,
     with the pause reason, and nothing is sent."""
     spec = task("a", f"{user_service.url}/jobs/x", schedule={"every": "1h"})
-    async with rig(database_url, [spec], T0) as r:
-        await r.scheduler.claim_fires(T0)
+    ahead = T0 - timedelta(seconds=1)
+    async with rig(database_url, [spec], ahead, prefetch=timedelta(seconds=2)) as r:
+        await r.scheduler.claim_fires(ahead)
+        [claimed] = await r.executions("a")
         await r.commands.pause("a", "maintenance window")
         await r.start_due(T0)
         [execution] = await r.executions("a")
+    assert claimed.status is Status.SCHEDULED and claimed.scheduled_at == T0
     assert (execution.status, execution.reason) == (Status.SKIPPED, Reason.PAUSED)
     assert execution.message == "maintenance window"
     assert user_service.calls == []
@@ -440,13 +443,13 @@ async def test_an_execution_of_a_task_this_node_does_not_know_is_handed_back_not
             fence=1,
         )
         assert await r.store.create_execution(stranger) is not None
-        r.executor.adopt(stranger)
-        await wait_for(lambda: "stranger" not in r.executor.inflight)
+        r.engine.adopt(stranger)
+        await wait_for(lambda: "stranger" not in r.engine.held)
         released = await r.store.get_execution("stranger")
         await r.commands.run_now("known")
         await wait_for(lambda: r.any_status("known", Status.RUNNING))
         r.clock.advance(timedelta(seconds=1))  # the poll (through the same workers) is due
-        r.executor.wake()
+        r.engine.wake()
         [done] = await r.settled("known", 1)
     assert released is not None and released.owner is None
     assert done.status is Status.SUCCESS

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ecron.core import Execution, Status, Step, TriggerKind
+from ecron.core import Execution, FirePlan, Gate, Holder, Status, Step, TriggerKind
 from ecron.ids import new_eid
 from ecron.planning import Claim, FirstFireTimes, plan_fires
-from ecron.store.base import DueTask, FirePlan, Gate, Holder, Planner
+from ecron.store.base import DueTask, Planner, StartWrites
 from ecron.store.migrate import HEAD, current_revision, head_revision, upgrade
 from ecron.store.sql import SqlStore
 from tests.conftest import task
@@ -268,7 +269,7 @@ async def test_a_state_write_keeps_the_lease_unless_it_moves_it(store: SqlStore)
 async def test_results_and_nulls_survive_a_bulk_write(store: SqlStore) -> None:
     """Any JSON result (nested, unicode, a bare string), booleans and cleared times come
     back as they were written."""
-    created = await store.create_execution(execution(next_poll_at=T0))
+    created = await store.create_execution(execution(not_before=T0))
     assert created is not None
     result = {"rows": [1, 2.5, None, True], "name": "Zoë ✓", "nested": {"a": []}}
     done = later(
@@ -278,13 +279,13 @@ async def test_results_and_nulls_survive_a_bulk_write(store: SqlStore) -> None:
         result_truncated=True,
         cancel_acknowledged=False,
         finished_at=T0 + timedelta(seconds=3),
-        next_poll_at=None,
+        not_before=None,
     )
     assert (await store.save([(created, done)]))[0] is not None
     reread = await store.get_execution(created.eid)
     assert reread is not None
     assert reread.result == result and reread.result_truncated is True
-    assert reread.cancel_acknowledged is False and reread.next_poll_at is None
+    assert reread.cancel_acknowledged is False and reread.not_before is None
     other = await store.create_execution(execution("b"))
     assert other is not None
     assert (await store.save([(other, later(other, result="just text"))]))[0] is not None
@@ -423,11 +424,11 @@ async def test_starting_reads_each_tasks_gate_and_writes_every_decision(store: S
     assert running and first and second and ahead
     seen: dict[str, Gate] = {}
 
-    def decide(gates: dict[str, Gate]) -> list[tuple[Execution, Execution]]:
+    def decide(gates: dict[str, Gate]) -> StartWrites:
         seen.update(gates)
-        return [(first, later(first, status=Status.PENDING, triggered_at=T0))]
+        return StartWrites([(first, later(first, status=Status.PENDING, triggered_at=T0))])
 
-    results = await store.start_executions(["a", "b", "gone"], decide, later_of=["a"])
+    results = (await store.start_executions(["a", "b", "gone"], decide, later_of=["a"])).written
     assert seen["a"].active == (
         Holder(running.eid, Status.PENDING, running.scheduled_at, TriggerKind.SCHEDULE),
     )
@@ -440,14 +441,30 @@ async def test_starting_reads_each_tasks_gate_and_writes_every_decision(store: S
     assert reread is not None and reread.status is Status.PENDING
 
 
-async def test_a_run_is_created_unless_its_task_has_an_active_one(store: SqlStore) -> None:
-    """create_unless_active inserts, or answers the oldest active execution instead."""
+async def test_a_start_inserts_new_runs_in_its_transaction_after_reading_their_gate(
+    store: SqlStore,
+) -> None:
+    """New runs are inserted by the start that decided them, on the gate it read: the
+    first run of ``a`` goes in (none was active), a second decided on a gate that now shows
+    the first one active is not inserted by a decider that refuses it, and a run whose key
+    is taken is left out of ``inserted``."""
     await store.sync_tasks({"a": task("a", URL)}, FirstFireTimes(T0))
-    first = await store.create_unless_active(execution("a", T0))
-    assert isinstance(first, Execution)
-    second = await store.create_unless_active(execution("a", T0 + timedelta(seconds=1)))
-    assert isinstance(second, Holder) and second.eid == first.eid
-    assert await store.create_execution(execution("a", T0)) is None  # the key is taken
+    first = execution("a", T0)
+
+    def only_if_idle(run: Execution) -> Callable[[Mapping[str, Gate]], StartWrites]:
+        def decide(gates: Mapping[str, Gate]) -> StartWrites:
+            return StartWrites(inserts=[] if gates["a"].active else [run])
+
+        return decide
+
+    started = await store.start_executions(["a"], only_if_idle(first))
+    assert [e.eid for e in started.inserted] == [first.eid] and started.written == []
+    second_run = execution("a", T0 + timedelta(seconds=1))
+    second = await store.start_executions(["a"], only_if_idle(second_run))
+    assert second.inserted == []
+    again = execution("a", T0)  # another run of the same fire time, under a fresh eid
+    taken = await store.start_executions(["a"], lambda _gates: StartWrites(inserts=[again]))
+    assert taken.inserted == []  # the fire-time key is taken
 
 
 async def test_task_outcomes_count_failures_in_a_row_and_a_success_resets_them(

@@ -18,9 +18,9 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 from structlog.testing import capture_logs
 
-from ecron.core import Execution, Status, Step
+from ecron.core import Gate, Status, Step
 from ecron.planning import FirstFireTimes
-from ecron.store.base import Gate
+from ecron.store.base import StartWrites
 from ecron.store.engine import Engines
 from ecron.store.retry import ATTEMPTS, transient
 from ecron.store.sql import SqlStore
@@ -264,26 +264,34 @@ async def test_a_start_whose_commit_answer_was_lost_is_not_taken_for_an_overlap(
 ) -> None:
     """Retried after its commit landed, a start under a forbid-like rule sees its own
     execution active; it decides as the first attempt did, and the start is reported
-    done (not refused, not skipped). A run made unless active is the one it made."""
+    done (not refused, not skipped). So does a new run it inserted: the retry sees it
+    active, decides without it, and finds its row as its own."""
     store, lost = lossy
     await store.sync_tasks({"a": task("a", URL), "b": task("b", URL)}, FirstFireTimes(T0))
     scheduled = await store.create_execution(execution("a", T0, status=Status.SCHEDULED))
     assert scheduled is not None
     calls: list[tuple[str, ...]] = []
 
-    def forbid(gates: Mapping[str, Gate]) -> list[tuple[Execution, Execution]]:
+    def forbid(gates: Mapping[str, Gate]) -> StartWrites:
         active = tuple(holder.eid for holder in gates["a"].active)
         calls.append(active)
         status = Status.SKIPPED if active else Status.PENDING
-        return [(scheduled, scheduled.evolve(version=scheduled.version + 1, status=status))]
+        return StartWrites(
+            [(scheduled, scheduled.evolve(version=scheduled.version + 1, status=status))]
+        )
 
     lost.armed = True
-    [(_before, after, stored)] = await store.start_executions(["a"], forbid)
+    [(_before, after, stored)] = (await store.start_executions(["a"], forbid)).written
     assert stored is not None and stored.status is Status.PENDING and stored == after
     assert calls == [(), (scheduled.eid,), ()]
-    lost.armed = True
     run = execution("b", T0)
-    assert await store.create_unless_active(run) == run
+
+    def unless_active(gates: Mapping[str, Gate]) -> StartWrites:
+        return StartWrites(inserts=[] if gates["b"].active else [run])
+
+    lost.armed = True
+    started = await store.start_executions(["b"], unless_active, new=[run.eid])
+    assert started.inserted == [run]
 
 
 def _wrapped(orig: BaseException) -> sa.exc.DBAPIError:

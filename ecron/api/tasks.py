@@ -70,7 +70,8 @@ async def upcoming(request: web.Request) -> web.Response:
         return error(400, f"count must be between 1 and {MAX_UPCOMING}", count)
     store = context(request).store
     claimed = (await store.claimed_fire_times([task.name])).get(task.name)
-    found = upcoming_fire_times(task, claimed, context(request).clock.now(), count)
+    now = context(request).clock.now()
+    found = upcoming_fire_times(task.spec, task.next_fire_at, task.paused, claimed, now, count)
     return web.json_response(
         {"task": task.name, "paused": task.paused, "items": [iso(when) for when in found]}
     )

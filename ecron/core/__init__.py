@@ -4,6 +4,7 @@ Nothing here does I/O or reads a clock.
 """
 
 from ecron.core.eta import RECENT_RUNS, estimate_end, needs_history, typical_duration
+from ecron.core.flight import InFlight, Ownership, current_step, due_at, in_flight, ownership
 from ecron.core.machine import (
     CancelSent,
     Event,
@@ -15,10 +16,10 @@ from ecron.core.machine import (
     TriggerFailed,
     TriggerSent,
     apply,
-    current_step,
     deadline_passed,
 )
 from ecron.core.model import Execution, InvalidReport, Report, Step, parse_report
+from ecron.core.plans import FirePlan, Gate, Holder
 from ecron.core.status import (
     ACTIVE,
     FINAL,
@@ -41,7 +42,12 @@ __all__ = [
     "Channel",
     "Event",
     "Execution",
+    "FirePlan",
+    "Gate",
+    "Holder",
+    "InFlight",
     "InvalidReport",
+    "Ownership",
     "ProbeFailed",
     "Reason",
     "RemoteStatus",
@@ -58,8 +64,11 @@ __all__ = [
     "apply",
     "current_step",
     "deadline_passed",
+    "due_at",
     "estimate_end",
+    "in_flight",
     "needs_history",
+    "ownership",
     "parse_report",
     "typical_duration",
 ]

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from ecron.core.flight import current_step, in_flight
 from ecron.core.model import Execution, Report, Step, clamp_progress
 from ecron.core.status import Channel, Reason, RemoteStatus, Status, can_move
 
@@ -149,10 +150,14 @@ def _refusal(execution: Execution, event: Event) -> str | None:
 
     A final execution never changes. A SCHEDULED one moves only by its start (the trigger
     leaving), a skip or a person's cancel: reports cannot be about it, since nobody was told
-    of it yet. Only a SCHEDULED one can be skipped, and a cancel call leaves once.
+    of it yet. Only a SCHEDULED one can be skipped, and a cancel call leaves once. Once the
+    cancel call was sent, reports change nothing (PROTOCOL.md, "Deadline and cancel"): only
+    the stop it began can end the execution.
     """
     if execution.is_final:
         return f"execution is {execution.status}"
+    if execution.cancel_sent_at is not None and isinstance(event, Reported | ProbeFailed):
+        return "the cancel call was sent"
     scheduled = execution.status is Status.SCHEDULED
     if isinstance(event, Skipped) and not scheduled:
         return "the trigger already left"
@@ -170,19 +175,12 @@ def deadline_passed(execution: Execution, now: datetime) -> bool:
     return execution.deadline is not None and now >= execution.deadline
 
 
-def current_step(execution: Execution) -> Step | None:
-    """The step in flight: the first one that did not succeed (None for a one-call task)."""
-    if not execution.steps:
-        return None
-    return next((step for step in execution.steps if step.status is not Status.SUCCESS), None)
-
-
 def _apply_trigger_sent(
     execution: Execution, timeout: timedelta, step_timeout: timedelta | None, now: datetime
 ) -> Transition:
-    step = current_step(execution)
-    started = execution.triggered_at if step is None else step.started_at
-    if started is not None:
+    call = in_flight(execution)
+    step = call.step
+    if call.started:
         return Transition(execution, execution, ignored="this call was already triggered")
     first = execution.triggered_at or now
     deadline = first + timeout
@@ -231,7 +229,7 @@ def _apply_to_step(execution: Execution, event: Event, now: datetime) -> Transit
         probe_failures=call.probe_failures,
         last_report_at=call.last_report_at,
         cancel_acknowledged=call.cancel_acknowledged,
-        next_poll_at=call.next_poll_at,
+        not_before=call.not_before,
     )
     last = new_step.number == execution.steps[-1].number
     if new_step.is_final and (last or new_step.status is not Status.SUCCESS):
@@ -338,6 +336,4 @@ def _finish(
 ) -> Execution:
     """``execution`` ended as ``status`` at ``now`` (with ``more`` changes, in one copy)."""
     assert can_move(execution.status, status), f"{execution.status} -> {status}"
-    return execution.evolve(
-        status=status, reason=reason, message=message, finished_at=now, next_poll_at=None, **more
-    )
+    return execution.evolve(status=status, reason=reason, message=message, finished_at=now, **more)

@@ -186,7 +186,9 @@ class Execution:
     last_report_at: datetime | None = None
     finished_at: datetime | None = None
     deadline: datetime | None = None
-    next_poll_at: datetime | None = None
+    #: A claimed execution does not start before this (its fire time plus jitter, a retry's
+    #: backoff, a chained run's claim); kept once it started, as a fact of the run.
+    not_before: datetime | None = None
     probe_failures: int = 0
     cancel_sent_at: datetime | None = None
     cancel_acknowledged: bool | None = None

@@ -50,6 +50,8 @@ class Reason(StrEnum):
     OVERLAP = "overlap"
     #: SKIPPED: the task was paused.
     PAUSED = "paused"
+    #: SKIPPED: the task is no longer in the config (retired) when its claimed run was due.
+    RETIRED = "retired"
 
 
 class RemoteStatus(StrEnum):

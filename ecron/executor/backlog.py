@@ -1,14 +1,17 @@
-"""The starts that fell due and wait to be decided and handed to a worker: how long the
-oldest has waited and how many more this node can take up. The scheduler reads both to
-hold its claims back when the node has more due work than its workers can do
-(backpressure, docs/performance.md "Overload"). Memory only, no I/O; times are passed in."""
+"""The starts that fell due and wait to be decided and handed to a worker (and the new runs
+people asked for, which wait with them): how long the oldest has waited and how many more
+this node can take up. The scheduler reads both to hold its claims back when the node has
+more due work than its workers can do (backpressure, docs/performance.md "Overload"), and
+is woken through its ``Wakeup`` when there is room again. Memory only, no I/O; times are
+passed in."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
 from datetime import datetime, timedelta
+
+from ecron.clock import Wakeup
 
 #: Starts handed over within this much of now count towards the rate (see ``room``).
 RATE_WINDOW = timedelta(seconds=1)
@@ -17,7 +20,7 @@ RATE_WINDOW = timedelta(seconds=1)
 class StartBacklog:
     """Due starts in the order they fell due, in batches; the batch the starter works on."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, room_for_claims: Wakeup) -> None:
         #: How many due starts may wait, at least, before there is no room for more.
         self.capacity = capacity
         #: When starts were handed over lately, and how many: the rate the node keeps up.
@@ -29,8 +32,8 @@ class StartBacklog:
         self._taken_since: datetime | None = None
         #: How many of those are still to be decided or handed over.
         self._taken_left = 0
-        #: Called once when there is room again after ``call_when_room``.
-        self.on_room: Callable[[], None] | None = None
+        #: Rung once when there is room again after ``call_when_room`` (the scheduler's).
+        self.room_for_claims = room_for_claims
         self._room_wanted = False
 
     def add(self, due: datetime, eids: list[str]) -> None:
@@ -63,6 +66,11 @@ class StartBacklog:
         self._taken_since, self._taken_left = None, 0
         self._room_freed()
 
+    @property
+    def waiting(self) -> bool:
+        """True while due starts wait to be taken up, or are being decided."""
+        return bool(self._batches) or self._taken_since is not None
+
     def behind(self, now: datetime) -> timedelta:
         """How long the oldest due start has waited (zero when none waits)."""
         waiting = [] if self._taken_since is None else [self._taken_since]
@@ -78,10 +86,10 @@ class StartBacklog:
         return max(0, max(self.capacity, self._rate) - waiting)
 
     def call_when_room(self) -> None:
-        """Call ``on_room`` once, as soon as ``room`` is above zero again."""
+        """Ring ``room_for_claims`` once, as soon as ``room`` is above zero again."""
         self._room_wanted = True
 
     def _room_freed(self) -> None:
-        if self._room_wanted and self.on_room is not None and self.room() > 0:
+        if self._room_wanted and self.room() > 0:
             self._room_wanted = False
-            self.on_room()
+            self.room_for_claims.ring()

@@ -1,6 +1,7 @@
 """Which call an execution is on, and under which settings: the spec of its task (from the
-loaded config, or kept for a task a reload removed while it ran), and the header context of
-the call in flight (the execution itself, or its current step)."""
+loaded config, or kept for a task a reload removed while it ran), the header context of
+the call in flight (``core.in_flight``: the execution itself, or its current step), and
+the cadence ``core.next_action`` follows it at."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from ecron.config.model import CallSettings, TaskSpec
-from ecron.core import Execution, TriggerSent, current_step
+from ecron.core import Execution, TriggerSent, in_flight
+from ecron.core.next import Cadence
 from ecron.errors import EcronError
 from ecron.executor.http import CallContext
 from ecron.planning import trigger_sent
@@ -35,6 +37,7 @@ class Calls:
         self._known: dict[
             tuple[str, int | None, datetime | None], tuple[TaskSpec, CallSettings, CallContext]
         ] = {}
+        self._cadences: dict[int, tuple[CallSettings, Cadence]] = {}
 
     def spec_of(self, task: str) -> TaskSpec:
         """The spec ``task`` runs under; ``UnknownTask`` when this node knows none."""
@@ -52,7 +55,7 @@ class Calls:
         the execution itself, or its current step (under the step's remote id). Asked at
         every poll; worked out again only when the step, the deadline or the spec moved."""
         spec = self.spec_of(execution.task)
-        step = current_step(execution)
+        step = in_flight(execution).step
         number = None if step is None else step.number
         key = (execution.eid, number, execution.deadline)
         known = self._known.get(key)
@@ -75,6 +78,27 @@ class Calls:
             self._known.clear()
         self._known[key] = (spec, call, ctx)
         return call, ctx
+
+    def cadence_of(self, execution: Execution) -> Cadence:
+        """The cadence of the call in flight of ``execution`` (``UnknownTask`` when this
+        node knows none of its task)."""
+        return self.cadence(self.call_of(execution)[0])
+
+    def cadence(self, call: CallSettings) -> Cadence:
+        """What ``core.next_action`` needs of ``call``'s settings (made once per settings)."""
+        known = self._cadences.get(id(call))
+        if known is not None and known[0] is call:
+            return known[1]
+        cadence = Cadence(
+            poll_interval=call.poll_interval,
+            pushed=call.pushed,
+            heartbeat_timeout=call.heartbeat_timeout,
+            cancel_grace=call.request_timeout * 3,
+        )
+        if len(self._cadences) >= KNOWN_CALLS:
+            self._cadences.clear()
+        self._cadences[id(call)] = (call, cadence)
+        return cadence
 
     def trigger_sent(self, execution: Execution) -> TriggerSent:
         """The event for the trigger of the call in flight (see ``planning.trigger_sent``)."""

@@ -3,12 +3,13 @@
 
 ``record`` applies the event with ``core.apply`` (the only code that changes a status),
 writes the result as a compare-and-set on fence and version, and settles a lost compare by
-reading the row again: under a lease that moved on (a higher fence) this node lets go; else
-the same event is applied again to the newer state. An end carries what must not be lost
-with it (its retry, planned by ``follow_ups``), inserted in the same transaction. Every
-write that landed then goes through ``written``: the newest state is held, a status change
-is logged, and an execution that ended gets its one canonical end line, its metrics and the
-scheduler's book-keeping.
+reading the row again (``core.ownership``): under a lease that moved on (a higher fence)
+this node lets go; else the same event is applied again to the newer state. An end carries
+what must not be lost with it (its retry, planned by ``plan_end``), inserted in the same
+transaction. Every write that landed then goes through ``written``: the newest state is
+held, a status change is logged, the trigger lag measured. What follows a change (the next
+call, an end's book-keeping) is the engine's, asked of ``core.next_action``; ``ended``
+writes the one canonical end line and the end's metrics when the engine books an end.
 
 Changes that the rules do not act on (progress, a message, a failed probe, RUNNING after
 the trigger's answer) are written behind (``StateWriter.save_soon``): the path goes on at
@@ -22,6 +23,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
+from typing import NamedTuple
 
 import structlog
 
@@ -30,27 +32,37 @@ from ecron.core import (
     CancelSent,
     Event,
     Execution,
+    Ownership,
     Report,
     Status,
     Transition,
     TriggerKind,
     TriggerSent,
     apply,
+    due_at,
+    ownership,
 )
 from ecron.executor.calls import Calls
 from ecron.executor.held import Held
 from ecron.logs import writes
 from ecron.metrics import Metrics, Series
-from ecron.schedules import jitter_offset
 from ecron.store.base import Store, Written
 from ecron.store.writer import StateWriter
 
 log = structlog.get_logger(__name__)
 
-#: After an end: the execution, and what was inserted with it (None: nothing was planned).
-Finished = Callable[[Execution, Sequence[Execution] | None], Awaitable[None]]
 #: What to insert in an end's own transaction (a retry), planned from the end.
-FollowUps = Callable[[Execution], Awaitable[Sequence[Execution]]]
+PlanEnd = Callable[[Execution], Awaitable[Sequence[Execution]]]
+
+
+class Change(NamedTuple):
+    """What ``record`` did: the transition, the execution as stored (None: dropped, or the
+    lease moved on), and what was inserted with an end (None: nothing was planned)."""
+
+    transition: Transition
+    stored: Execution | None
+    inserted: Sequence[Execution] | None = None
+
 
 #: How many times a lost compare-and-set is retried on fresh state before giving up.
 RECORD_ATTEMPTS = 5
@@ -63,26 +75,24 @@ class Recorder:
         self,
         *,
         store: Store,
-        writer: StateWriter,
         held: Held,
         calls: Calls,
         clock: Clock,
         metrics: Metrics,
         node_id: str,
+        plan_end: PlanEnd,
     ) -> None:
         self.store = store
-        self.writer = writer
+        #: Groups the writes (its lost write-behind changes come back to this recorder).
+        self.writer = StateWriter(store, on_lost=self._lost_behind)
         self.held = held
         self.calls = calls
         self.clock = clock
         self.metrics = metrics
         self.node_id = node_id
-        #: Called after an execution ended (the scheduler's book-keeping).
-        self.on_finished: Finished | None = None
         #: Plans what is written with an end (its retry), so that a node that dies right
         #: after the end cannot lose it.
-        self.follow_ups: FollowUps | None = None
-        writer.on_lost = self._lost_behind
+        self.plan_end = plan_end
         self._background: set[asyncio.Task[None]] = set()
         self._series = Series(metrics)
         self._lost_leases = metrics.leases_lost
@@ -94,63 +104,63 @@ class Recorder:
         *,
         as_owner: bool = True,
         now: datetime | None = None,
-    ) -> tuple[Transition, Execution | None]:
+    ) -> Change:
         """Apply ``event`` and store the result; see the module docstring.
 
         ``as_owner``: the event comes from this node's lease (a poll, a trigger answer, a
         deadline), so it is dropped once the lease moved on; a callback or a person's
-        cancel is not (it holds no lease), and is always durable. Returns the transition and
-        the stored execution, or None when it was dropped or the row is gone. A
-        ``cancel_due`` transition is not stored: the caller sends the cancel. ``now``: when
-        the event happened, if the caller knows (else the clock is read).
+        cancel is not (it holds no lease), and is always durable. The stored execution is
+        None when it was dropped or the row is gone. A ``cancel_due`` transition is not
+        stored: the caller sends the cancel. ``now``: when the event happened, if the caller
+        knows (else the clock is read).
         """
         before = execution
         transition = apply(before, event, now or self.clock.now())
         for _ in range(RECORD_ATTEMPTS):
             if transition.cancel_due or not transition.changed:
-                return transition, before
+                return Change(transition, before)
             after = transition.after.evolve(version=before.version + 1)
-            follow_ups: Sequence[Execution] | None = None
+            inserted: Sequence[Execution] | None = None
             if as_owner and not _must_wait(transition, event):
                 self.writer.save_soon(before, after)
                 stored: Execution | None = after
             else:
-                if transition.finished and self.follow_ups is not None:
-                    follow_ups = await self.follow_ups(after)
-                stored = await self.writer.save(before, after, then_insert=follow_ups or ())
+                if transition.finished:
+                    inserted = await self.plan_end(after)
+                stored = await self.writer.save(before, after, then_insert=inserted or ())
             if stored is not None:
-                await self.written(transition, stored, follow_ups)
-                return transition, stored
+                self.written(transition, stored)
+                return Change(transition, stored, inserted)
             fresh = await self.store.get_execution(before.eid)
-            if fresh is None or (as_owner and fresh.fence != execution.fence):
+            owned = ownership(execution, fresh) if as_owner else _unowned(fresh)
+            if owned is Ownership.LOST:
                 self.let_go(execution.eid, "the lease moved on" if fresh else "the row is gone")
-                return transition, None
-            if fresh.is_final:
+                return Change(transition, None)
+            assert fresh is not None
+            if owned is Ownership.ENDED:
                 self.held.remember(fresh)
-                return Transition(fresh, fresh, ignored=f"execution is {fresh.status}"), fresh
+                return Change(
+                    Transition(fresh, fresh, ignored=f"execution is {fresh.status}"), fresh
+                )
             before = fresh
             transition = apply(before, event, self.clock.now())
         log.warning("record_gave_up", execution_id=execution.eid, attempts=RECORD_ATTEMPTS)
-        return transition, None
+        return Change(transition, None)
 
-    async def written_many(self, results: list[Written]) -> None:
-        """After writes made elsewhere (a start transaction): hold what landed, let go of
-        what lost its compare, and follow each landed change as ``record`` does."""
-        for before, after, stored in results:
-            if stored is None:
-                self.let_go(before.eid, "the lease moved on")
-                continue
-            await self.written(Transition(before, after), stored)
+    def written_elsewhere(self, written: Written) -> Change:
+        """A write made in another transaction (a start): the change as ``record`` would
+        say it, followed as ``record`` does (or let go, when its compare failed)."""
+        before, after, stored = written
+        if stored is None:
+            self.let_go(before.eid, "the lease moved on")
+            return Change(Transition(before, after), None)
+        transition = Transition(before, after)
+        self.written(transition, stored)
+        return Change(transition, stored)
 
-    async def written(
-        self,
-        transition: Transition,
-        stored: Execution,
-        follow_ups: Sequence[Execution] | None = None,
-    ) -> None:
+    def written(self, transition: Transition, stored: Execution) -> None:
         """What follows a change that was written: hold the newest state, log a status
-        change, measure the trigger lag, and end an execution that ended (``follow_ups``:
-        what was inserted with the end, None when nothing was planned with it)."""
+        change, measure the trigger lag."""
         self.held.remember(stored)
         before = transition.before
         if (before.status is not stored.status or before.reason is not stored.reason) and writes(
@@ -170,14 +180,10 @@ class Recorder:
             lag = self.trigger_lag(stored)
             if lag is not None:
                 self._series.trigger_lag(stored.task, lag)
-        if transition.finished:
-            await self.ended(stored, follow_ups)
 
-    async def ended(
-        self, execution: Execution, follow_ups: Sequence[Execution] | None = None
-    ) -> None:
-        """The one canonical line of an execution that ended, its metrics and the
-        scheduler's book-keeping (also for SKIPPED records written by a claim)."""
+    def ended(self, execution: Execution) -> None:
+        """The one canonical line of an execution that ended, and its metrics (also for
+        SKIPPED records written by a claim)."""
         reason = "" if execution.reason is None else execution.reason.value
         started = execution.triggered_at or execution.created_at
         assert execution.finished_at is not None
@@ -201,11 +207,6 @@ class Recorder:
         self._series.finished(execution.task, execution.status.value, reason)
         if execution.triggered_at is not None:
             self._series.duration(execution.task, duration)
-        if self.on_finished is not None:
-            try:
-                await self.on_finished(execution, follow_ups)
-            except Exception:
-                log.exception("on_finished_failed", execution_id=execution.eid)
 
     def trigger_lag(self, execution: Execution) -> float | None:
         """Seconds from the fire time (plus jitter) to the first trigger, for fire times of
@@ -215,18 +216,7 @@ class Recorder:
             TriggerKind.MANUAL,
         ):
             return None
-        return max(0.0, (execution.triggered_at - self.due_of(execution)).total_seconds())
-
-    def due_of(self, execution: Execution) -> datetime:
-        """When a claimed execution is due to start: its fire time plus jitter, or, for a
-        retry, the end of its backoff (``next_poll_at``)."""
-        due = execution.scheduled_at
-        if self.calls.knows(execution.task):
-            jitter = self.calls.spec_of(execution.task).jitter
-            due += jitter_offset(execution.task, execution.scheduled_at, jitter)
-        if execution.next_poll_at is not None and execution.status is Status.SCHEDULED:
-            due = max(due, execution.next_poll_at)
-        return due
+        return max(0.0, (execution.triggered_at - due_at(execution)).total_seconds())
 
     def warn_ignored(self, execution: Execution, report: Report) -> None:
         """Log each part of a report that was ignored (e.g. a progress that is not a number)."""
@@ -266,12 +256,22 @@ class Recorder:
         except Exception:
             log.exception("refresh_failed", execution_id=lost.eid)
             return
-        if fresh is None or fresh.fence != held.fence:
+        owned = ownership(held, fresh)
+        if owned is Ownership.LOST:
             self.let_go(lost.eid, "the lease moved on" if fresh else "the row is gone")
-        elif fresh.is_final:
+        elif owned is Ownership.ENDED:
             self.held.forget(lost.eid)
         else:
+            assert fresh is not None
             self.held.hold(fresh)  # the change is lost; the next report carries it again
+
+
+def _unowned(fresh: Execution | None) -> Ownership:
+    """For a change made without a lease (a callback, a person's cancel): only whether the
+    row is still there and not ended counts."""
+    if fresh is None:
+        return Ownership.LOST
+    return Ownership.ENDED if fresh.is_final else Ownership.MINE
 
 
 def _must_wait(transition: Transition, event: Event) -> bool:

@@ -1,5 +1,5 @@
 """Everything ecron keeps: tables, the store interface, its SQL implementation, migrations."""
 
-from ecron.store.base import FirePlan, Page, Planner, Store, SyncResult, TaskState
+from ecron.store.base import Page, Planner, Store, SyncResult, TaskState
 
-__all__ = ["FirePlan", "Page", "Planner", "Store", "SyncResult", "TaskState"]
+__all__ = ["Page", "Planner", "Store", "SyncResult", "TaskState"]

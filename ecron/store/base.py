@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
-from ecron.core import Execution, Status, TriggerKind
+from ecron.core import Execution, FirePlan, Gate, Status
 
 if TYPE_CHECKING:
     from ecron.config import TaskSpec
@@ -52,26 +52,6 @@ class DueTask:
     version: int
 
 
-@dataclass(frozen=True, slots=True)
-class FirePlan:
-    """What to do with a task whose fire time is due, decided by the scheduler's policy.
-
-    ``executions`` are inserted (SCHEDULED ones claimed by the calling node, SKIPPED ones
-    as a record); a fire time that already has an execution is left alone.
-    ``next_fire_at`` replaces the task's fire time; ``when_taken`` replaces it instead when
-    the plan runs a fire time and every execution of the plan is refused for a key that is
-    taken (an ``after`` task, whose next fire time waits for an execution that will now
-    never exist: the clock stepped back onto an older fire time).
-    """
-
-    next_fire_at: datetime | None
-    executions: Sequence[Execution] = ()
-    #: Fire times its calendar or blackouts planned out, by reason (``calendar``, ``blackout``).
-    excluded: Mapping[str, int] = field(default_factory=dict)
-    #: The next fire time of an ``after`` task if every execution's key was taken already.
-    when_taken: datetime | None = None
-
-
 #: Decides a due task's fate inside the claim transaction; None leaves the task alone (this
 #: node does not know it, or knows another version of it). Called again when the
 #: transaction is retried.
@@ -92,38 +72,32 @@ class Claimed:
 
 
 @dataclass(frozen=True, slots=True)
-class Holder:
-    """An active execution as a start decision sees it."""
+class StartWrites:
+    """What a start decision writes, in its own transaction: compare-and-set writes of
+    claimed executions (``(before, after)``) and new runs to insert (a run people asked
+    for, a resume), each inserted unless its key is taken."""
 
-    eid: str
-    status: Status
-    scheduled_at: datetime
-    trigger_kind: TriggerKind
-
-
-@dataclass(frozen=True, slots=True)
-class Gate:
-    """What starting a task's executions is decided on, read in the start's transaction:
-    the authority on a cluster, whatever each node remembers."""
-
-    paused: bool
-    paused_reason: str | None
-    #: No longer in the config (or never was).
-    retired: bool
-    #: The task's active executions (PENDING, RUNNING), oldest fire time first.
-    active: tuple[Holder, ...] = ()
-    #: Fire times of the task's schedule claimed for later (when asked for).
-    later: tuple[datetime, ...] = ()
+    writes: Sequence[tuple[Execution, Execution]] = ()
+    inserts: Sequence[Execution] = ()
 
 
-#: Decides, from each task's gate, what every start becomes: ``(before, after)`` writes.
-#: It may be called more than once for one start (a retried transaction): only the last
-#: call's decision counts.
-Decider = Callable[[Mapping[str, Gate]], Sequence[tuple[Execution, Execution]]]
+#: Decides, from each task's gate, what every start becomes (``StartWrites``). It may be
+#: called more than once for one start (a retried transaction): only the last call's
+#: decision counts.
+Decider = Callable[[Mapping[str, Gate]], StartWrites]
 
 #: One write and its result: ``(before, after, stored)``, ``stored`` None when the compare
 #: failed.
 Written = tuple[Execution, Execution, Execution | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """What a start transaction did: each write with its result, and the new runs that were
+    inserted (those whose key was taken are not among them)."""
+
+    written: list[Written]
+    inserted: list[Execution]
 
 
 class FirstFires(Protocol):
@@ -212,12 +186,19 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def start_executions(
-        self, tasks: Collection[str], decide: Decider, *, later_of: Collection[str] = ()
-    ) -> list[Written]:
-        """Start claimed executions, in one transaction: read the ``Gate`` of each task in
-        ``tasks`` (locking the task rows on PostgreSQL, so that two nodes never both start
-        under ``forbid``), with the fire times claimed for later for the tasks in
-        ``later_of``; ``decide`` turns them into writes; each write is a compare-and-set."""
+        self,
+        tasks: Collection[str],
+        decide: Decider,
+        *,
+        later_of: Collection[str] = (),
+        new: Collection[str] = (),
+    ) -> Started:
+        """Start executions, in one transaction: read the ``Gate`` of each task in ``tasks``
+        (locking the task rows on PostgreSQL, so that two nodes never both start under
+        ``forbid``), with the fire times claimed for later for the tasks in ``later_of``;
+        ``decide`` turns them into writes of claimed executions, each a compare-and-set,
+        and inserts of new runs (their eids are ``new``), each left out when its key (fire
+        time, or ``resume_of``) is taken."""
 
     @abc.abstractmethod
     async def task_finished(
@@ -274,12 +255,6 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def create_execution(self, execution: Execution) -> Execution | None:
         """Insert ``execution``; None when its fire-time key is already taken."""
-
-    @abc.abstractmethod
-    async def create_unless_active(self, execution: Execution) -> Execution | Holder | None:
-        """Insert ``execution`` unless its task has an active execution, in one transaction
-        (the task row locked on PostgreSQL): the inserted execution, the oldest active one
-        (nothing inserted), or None when the fire-time key is taken."""
 
     @abc.abstractmethod
     async def get_execution(self, eid: str) -> Execution | None:

@@ -29,8 +29,8 @@ that is run again may find its own work already done. Why each kind stays right:
 - ``save`` and ``start_executions``: compare-and-set on fence and version. On a retry a
   row whose compare fails but that already holds exactly the write (same fence, the new
   version, the same state) counts as written (``retrying()`` tells them); a start decides
-  again without counting its own started executions as active ones.
-- Inserts (``create_execution``, ``create_unless_active``, the executions of a claim):
+  again without counting its own started (or inserted) executions as active ones.
+- Inserts (``create_execution``, the new runs of a start, the executions of a claim):
   ``ON CONFLICT DO NOTHING``; on a retry an execution whose eid (fresh for each call) is
   already there is the one this call inserted.
 - ``claim_due_fires`` and ``claim_runnable``: a landed claim leaves nothing due or free,

@@ -58,7 +58,7 @@ STATE_COLUMNS = (
     "last_report_at",
     "finished_at",
     "deadline",
-    "next_poll_at",
+    "not_before",
     "probe_failures",
     "cancel_sent_at",
     "cancel_acknowledged",

@@ -17,17 +17,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ecron.core import ACTIVE, HELD, Execution, Status, TriggerKind
-from ecron.store.base import (
-    Claimed,
-    Decider,
-    DueTask,
-    FirePlan,
-    Gate,
-    Holder,
-    Planner,
-    Written,
-)
+from ecron.core import ACTIVE, HELD, Execution, FirePlan, Gate, Holder, Status, TriggerKind
+from ecron.store.base import Claimed, Decider, DueTask, Planner, Started, StartWrites
 from ecron.store.bulk import Batch, Kind
 from ecron.store.engine import Dialect, Engines
 from ecron.store.retry import retried, retrying
@@ -116,16 +107,23 @@ class LeaseOperations:
 
     @retried("start_executions")
     async def start_executions(
-        self, tasks: Collection[str], decide: Decider, *, later_of: Collection[str] = ()
-    ) -> list[Written]:
+        self,
+        tasks: Collection[str],
+        decide: Decider,
+        *,
+        later_of: Collection[str] = (),
+        new: Collection[str] = (),
+    ) -> Started:
         async with self.engines.write() as conn:
             gates = await self._gates(conn, sorted(set(tasks)), sorted(set(later_of)))
-            writes = list(decide(gates))
-            if retrying() and (own := _own_active(gates, writes)):
+            plan = decide(gates)
+            if retrying() and (own := _own_active(gates, plan, new)):
                 # the attempt before started these and its commit was lost: decide as it did
-                writes = list(decide(_without_own(gates, own)))
-            stored = await self._save(conn, writes)
-        return [(before, after, done) for (before, after), done in zip(writes, stored, strict=True)]
+                plan = decide(_without_own(gates, own))
+            stored = await self._save(conn, plan.writes)
+            inserted = await self._insert_executions(conn, plan.inserts)
+        written = [(b, a, done) for (b, a), done in zip(plan.writes, stored, strict=True)]
+        return Started(written, inserted)
 
     async def _gates(
         self, conn: AsyncConnection, names: list[str], later_of: list[str]
@@ -182,22 +180,6 @@ class LeaseOperations:
         for task, eid, status, scheduled_at, kind in await conn.execute(query):
             holders[task].append(Holder(eid, Status(status), scheduled_at, TriggerKind(kind)))
         return holders
-
-    @retried("create_unless_active")
-    async def create_unless_active(self, execution: Execution) -> Execution | Holder | None:
-        async with self.engines.write() as conn:
-            await conn.execute(
-                self._locking(
-                    sa.select(task_table.c.name).where(task_table.c.name == execution.task)
-                )
-            )
-            active = (await self._holders(conn, [execution.task])).get(execution.task)
-            if active and retrying() and any(h.eid == execution.eid for h in active):
-                return execution  # inserted by the attempt before, whose commit was lost
-            if active:
-                return active[0]
-            inserted = await self._insert_executions(conn, [execution])
-        return inserted[0] if inserted else None
 
     # -- taking over, renewing, letting go --------------------------------------------------
 
@@ -315,10 +297,12 @@ def _all_taken(
     ]
 
 
-def _own_active(gates: dict[str, Gate], writes: Sequence[tuple[Execution, Execution]]) -> set[str]:
-    """The eids that ``writes`` start and that are active already."""
+def _own_active(gates: dict[str, Gate], plan: StartWrites, new: Collection[str]) -> set[str]:
+    """The eids that ``plan`` starts, or that are the new runs of the call, and that are
+    active already (a decider that saw its own new run active inserted nothing)."""
     active = {holder.eid for gate in gates.values() for holder in gate.active}
-    return {before.eid for before, _ in writes} & active
+    own = {before.eid for before, _ in plan.writes} | set(new)
+    return own & active
 
 
 def _without_own(gates: dict[str, Gate], eids: set[str]) -> dict[str, Gate]:

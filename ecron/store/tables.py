@@ -134,7 +134,7 @@ class ExecutionRow(SQLModel, table=True):
     last_report_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     finished_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     deadline: datetime | None = Field(default=None, sa_type=UTCDateTime)
-    next_poll_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    not_before: datetime | None = Field(default=None, sa_type=UTCDateTime)
     probe_failures: int = 0
     cancel_sent_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     cancel_acknowledged: bool | None = None

@@ -15,15 +15,14 @@ from ecron.clock import Clock
 from ecron.commands import Commands
 from ecron.config.model import DaemonSettings, TaskSpec
 from ecron.core import Execution, Status
+from ecron.engine import Engine
 from ecron.executor.http import HttpCaller
-from ecron.executor.runner import Executor
 from ecron.parts import Parts
 from ecron.patrol import Patrol
 from ecron.planning import FirstFireTimes
 from ecron.scheduler import Scheduler
 from ecron.store.migrate import upgrade
 from ecron.store.sql import SqlStore
-from ecron.store.writer import StateWriter
 from tests.support.service import wait_for
 
 
@@ -76,8 +75,8 @@ class Rig:
     specs: dict[str, TaskSpec]
 
     @property
-    def executor(self) -> Executor:
-        return self.parts.executor
+    def engine(self) -> Engine:
+        return self.parts.engine
 
     @property
     def scheduler(self) -> Scheduler:
@@ -92,22 +91,18 @@ class Rig:
         return self.parts.patrol
 
     async def tick(self, when: datetime) -> None:
-        """Move the clock to ``when``, let the scheduler claim what is due and the executor
+        """Move the clock to ``when``, let the scheduler claim what is due and the engine
         start what is due, and wait until those starts are decided."""
         self.clock.set(when)
         await self.scheduler.claim_fires(when)
         await self.start_due(when)
 
     async def start_due(self, when: datetime) -> None:
-        """Start every claimed execution due at ``when`` (the clock set there first)."""
+        """Move the clock to ``when`` and wait until the engine has decided every start due
+        by then and carried out what is due with it (triggers sent and answered)."""
         self.clock.set(when)
-        due = [
-            e
-            for e in self.executor.held.values()
-            if e.status is Status.SCHEDULED and self.parts.recorder.due_of(e) <= when
-        ]
-        for execution in await self.scheduler.start(due):
-            self.executor.trigger(execution)
+        self.engine.wake()
+        await wait_for(lambda: self.engine.settled(when), timeout=10)
 
     async def executions(self, task: str) -> list[Execution]:
         """The task's executions, oldest first (fire times claimed ahead included)."""
@@ -134,7 +129,7 @@ class Rig:
 
         async def done() -> list[Execution] | None:
             found = await self.executions(task)
-            quiet = not self.executor.inflight and self.executor.idle
+            quiet = not self.engine.held and self.engine.idle
             return (
                 found if len(found) == count and all(e.is_final for e in found) and quiet else None
             )
@@ -153,9 +148,9 @@ async def rig(
     node_id: str = "n1",
     prefetch: timedelta = timedelta(0),
 ) -> AsyncIterator[Rig]:
-    """A rig on a migrated database, with the workers running. Starts are not timed by the
-    executor's clock here: the test says when (``tick``, ``start_due``). Two rigs on one
-    database, with different ``node_id``s, are two nodes of a cluster."""
+    """A rig on a migrated database, with the engine running on the rig's clock: nothing is
+    due until the test moves the clock (``tick``, ``start_due``). Two rigs on one database,
+    with different ``node_id``s, are two nodes of a cluster."""
     store = SqlStore.open(database_url)
     await upgrade(store.engines)
     clock = FakeClock(now)
@@ -166,19 +161,17 @@ async def rig(
     caller = HttpCaller(session, public_url=None, callback_secret="test", clock=clock)
     parts = Parts.build(
         store=store,
-        writer=StateWriter(store),
         caller=caller,
         clock=clock,
         settings=settings,
         node_id=node_id,
         specs=by_name,
     )
-    parts.executor.starter = None  # the test starts what is due (start_due)
-    workers = asyncio.create_task(parts.executor.run())
+    workers = asyncio.create_task(parts.engine.run())
     try:
         yield Rig(store, clock, parts, by_name)
     finally:
-        await parts.executor.drain(5)
+        await parts.engine.drain(5)
         workers.cancel()
         with suppress(asyncio.CancelledError):
             await workers

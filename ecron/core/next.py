@@ -1,0 +1,274 @@
+"""What happens next to an execution: ``next_action(execution, now, cadence, occasion)``.
+
+``apply`` says what an event does to an execution; this says what the node holding it does
+next: start it at its time, send its trigger (probing first when an earlier one may have
+left), poll it, listen for its pushed reports, cancel it, close a cancel that never
+finished, book its end, or drop it. Every "when and what next" rule lives here, decided
+from data: the execution as held, the moment, the cadence of its call in flight, and why
+the question is asked (``occasion``). It reads no clock and does no I/O; the engine
+(``ecron.engine``) carries the answer out and asks again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from ecron.core.flight import Ownership, due_at, in_flight, ownership
+from ecron.core.machine import Transition, deadline_passed
+from ecron.core.model import Execution
+from ecron.core.status import Status
+
+#: When carrying an action out failed unexpectedly, it is tried again this much later.
+RETRY_AFTER_ERROR = timedelta(seconds=5)
+#: When a start decision could not be made (the database is away), it is tried again this
+#: much later.
+START_RETRY = timedelta(seconds=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Cadence:
+    """What the next action depends on in the settings of the call in flight."""
+
+    poll_interval: timedelta
+    #: Reports are only pushed (``mode: callback`` or ``queue``): never polled.
+    pushed: bool
+    heartbeat_timeout: timedelta
+    #: How long a cancel that was recorded as sent may take before the execution is ended
+    #: without a second cancel call (three request timeouts).
+    cancel_grace: timedelta
+
+
+# -- why the question is asked -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """The node took the execution: claimed by it (``adopted`` False), or taken over from a
+    node that stopped, after a restart or as stale (``adopted`` True)."""
+
+    adopted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """A change was recorded (any channel: an answer, a pushed report, a start, a stop)."""
+
+    transition: Transition
+
+
+@dataclass(frozen=True, slots=True)
+class Due:
+    """A planned action's time came: the checks before its call."""
+
+    action: Action
+
+
+@dataclass(frozen=True, slots=True)
+class Unanswered:
+    """A trigger was sent and no answer came: its outcome is unknown."""
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """The row was read again (``fresh``; None: it is gone): whether the node still owns
+    the execution, and, for a pushed call, whether it was silent too long."""
+
+    fresh: Execution | None
+
+
+@dataclass(frozen=True, slots=True)
+class Broke:
+    """Carrying out ``action`` failed unexpectedly."""
+
+    action: Action
+
+
+Occasion = Taken | Recorded | Due | Unanswered | Read | Broke
+
+
+# -- what to do --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Decide at ``at`` whether the claimed execution starts (the one start path)."""
+
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Trigger:
+    """Send the trigger of the call in flight at ``at`` (first recording that it leaves,
+    when that is not recorded yet); ``probe_first``: one may have left already (taken over),
+    so the id is polled first (PROTOCOL.md, "Unknown outcomes")."""
+
+    at: datetime
+    probe_first: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Poll:
+    """Poll the call in flight at ``at``; ``after_takeover``: the first poll of a node that
+    took it over (the service no longer knowing it then means ``interrupted``)."""
+
+    at: datetime
+    after_takeover: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Listen:
+    """A pushed call (never polled): at ``at``, read the row and end it FAILED
+    ``unreachable`` if no report came within ``heartbeat_timeout``."""
+
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Silent:
+    """A pushed call had no report within ``heartbeat_timeout``: it failed (unreachable)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """The deadline passed: send the cancel call (once), then TIMED_OUT."""
+
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """A cancel was recorded as sent but never finished (its node stopped): at ``at``, end
+    the execution without a second cancel call."""
+
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """The execution ended: its end line and what follows (retry, counts, chains)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    """Nothing more to do here (``why``); ``lost``: because another node's lease moved it
+    on (this node lost it, and counts that)."""
+
+    why: str
+    lost: bool = False
+
+
+Action = Start | Trigger | Poll | Listen | Silent | Cancel | Close | Finish | Drop
+#: Actions a worker carries out at their time (a call, or a read of the row).
+Timed = Trigger | Poll | Listen | Cancel | Close
+
+
+def next_action(
+    execution: Execution | None, now: datetime, cadence: Cadence, occasion: Occasion
+) -> Action:
+    """What the node holding ``execution`` does next (see the module docstring).
+
+    ``execution`` is the newest state the node has (None: it holds nothing any more, or the
+    write of a change lost its lease). The rules, in order: an ended execution is booked
+    once (``Finish``), then dropped; a deadline found passed by a report cancels it; a row
+    read again that another lease moved on, or that ended, is dropped (``ownership``); a
+    claimed one starts at its due time; a recorded cancel is closed after
+    ``cancel_grace``; a deadline passed cancels; a planned call whose time came is made; a
+    call whose trigger has not left is triggered now, one whose trigger may have left (taken
+    over) is probed first; then the call is followed: pushed calls are listened for until
+    their heartbeat ends (then ``Silent``), others polled every ``poll_interval``, never
+    past the deadline.
+    """
+    decided, execution = _by_occasion(execution, now, occasion)
+    if decided is not None:
+        return decided
+    if execution is None:
+        return Drop("not held here")
+    if execution.is_final:
+        return Drop(f"execution is {execution.status}")
+    if execution.status is Status.SCHEDULED:
+        return Start(now + START_RETRY if isinstance(occasion, Broke) else due_at(execution))
+    if execution.cancel_sent_at is not None:
+        return Close(execution.cancel_sent_at + cadence.cancel_grace)
+    if deadline_passed(execution, now):
+        return Cancel(now)
+    match occasion:
+        case Due(action):
+            return action  # the checks passed: its call is made now
+        case Broke(action):
+            return _later(action, now + RETRY_AFTER_ERROR)
+    return _follow(execution, now, cadence, occasion)
+
+
+def _by_occasion(
+    execution: Execution | None, now: datetime, occasion: Occasion
+) -> tuple[Action | None, Execution | None]:
+    """What the occasion alone decides (an end to book, a deadline a report found passed, a
+    row read again that is no longer this node's), or the execution to decide on (the row
+    read again, when it is still this node's)."""
+    match occasion:
+        case Recorded(transition) if transition.cancel_due:
+            return Cancel(now), execution
+        case Recorded(transition) if transition.finished:
+            return Finish(), execution
+        case Taken() if execution is not None and execution.is_final:
+            return Finish(), execution  # a claim recorded SKIPPED: booked like any end
+        case Read(fresh) if execution is not None:
+            owned = ownership(execution, fresh)
+            if owned is Ownership.LOST:
+                return Drop("the lease moved on", lost=True), execution
+            if owned is Ownership.ENDED:
+                return Drop("it ended"), execution
+            return None, fresh
+    return None, execution
+
+
+def _follow(execution: Execution, now: datetime, cadence: Cadence, occasion: Occasion) -> Action:
+    """The next call of an active execution (see ``next_action``)."""
+    call = in_flight(execution)
+    adopted = isinstance(occasion, Taken) and occasion.adopted
+    if call.status is Status.PENDING and not call.started:
+        return Trigger(now)  # a step's: recording that it leaves comes first
+    if call.status is Status.PENDING and (adopted or _just_started(occasion)):
+        return Trigger(now, probe_first=adopted)
+    if cadence.pushed:
+        heard = execution.last_report_at or execution.triggered_at or now
+        silence_ends = heard + cadence.heartbeat_timeout
+        if isinstance(occasion, Read) and silence_ends <= now:
+            return Silent()
+        return Listen(_capped(silence_ends, execution))
+    if adopted:
+        return Poll(now, after_takeover=True)  # the residue check
+    return Poll(_capped(now + cadence.poll_interval, execution))
+
+
+def _just_started(occasion: Occasion) -> bool:
+    """True when the change recorded was the call's trigger leaving: it is sent now."""
+    if not isinstance(occasion, Recorded):
+        return False
+    before = in_flight(occasion.transition.before)
+    after = in_flight(occasion.transition.after)
+    return after.started and (not before.started or before.number != after.number)
+
+
+def _capped(at: datetime, execution: Execution) -> datetime:
+    """``at``, or the deadline when that comes first (it is then cancelled)."""
+    deadline = execution.deadline
+    return at if deadline is None or at < deadline else deadline
+
+
+def _later(action: Action, at: datetime) -> Action:
+    """``action`` again at ``at``, after an unexpected failure (a trigger probes first: it
+    may have left)."""
+    match action:
+        case Trigger():
+            return Trigger(at, probe_first=True)
+        case Poll(_, after_takeover):
+            return Poll(at, after_takeover)
+        case Listen() | Silent():
+            return Listen(at)
+        case Cancel():
+            return Cancel(at)
+        case Close():
+            return Close(at)
+    return action

@@ -1,0 +1,57 @@
+"""What the scheduling rules decide on and decide: the gate a start is decided at, and a
+claim's plan for a due task. Domain types, like executions: the rules (``planning``) make
+and read them, the store only carries them in and out of its transactions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from ecron.core.model import Execution
+from ecron.core.status import Status, TriggerKind
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """An active execution as a start decision sees it."""
+
+    eid: str
+    status: Status
+    scheduled_at: datetime
+    trigger_kind: TriggerKind
+
+
+@dataclass(frozen=True, slots=True)
+class Gate:
+    """What starting a task's executions is decided on, read in the start's transaction:
+    the authority on a cluster, whatever each node remembers."""
+
+    paused: bool
+    paused_reason: str | None
+    #: No longer in the config (or never was).
+    retired: bool
+    #: The task's active executions (PENDING, RUNNING), oldest fire time first.
+    active: tuple[Holder, ...] = ()
+    #: Fire times of the task's schedule claimed for later (when asked for).
+    later: tuple[datetime, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FirePlan:
+    """What to do with a task whose fire time is due, decided by the scheduler's policy.
+
+    ``executions`` are inserted (SCHEDULED ones claimed by the calling node, SKIPPED ones
+    as a record); a fire time that already has an execution is left alone.
+    ``next_fire_at`` replaces the task's fire time; ``when_taken`` replaces it instead when
+    the plan runs a fire time and every execution of the plan is refused for a key that is
+    taken (an ``after`` task, whose next fire time waits for an execution that will now
+    never exist: the clock stepped back onto an older fire time).
+    """
+
+    next_fire_at: datetime | None
+    executions: Sequence[Execution] = ()
+    #: Fire times its calendar or blackouts planned out, by reason (``calendar``, ``blackout``).
+    excluded: Mapping[str, int] = field(default_factory=dict)
+    #: The next fire time of an ``after`` task if every execution's key was taken already.
+    when_taken: datetime | None = None

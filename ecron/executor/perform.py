@@ -1,0 +1,234 @@
+"""Making one call and recording what it said: the trigger (with its retries and the
+unknown-outcome probe), polls (one, or a batch), the read of a pushed call's row, the stop
+(the cancel recorded as sent, then sent once, then the end). Each returns what happened, as
+data (``Happened``: the execution as recorded, and the occasion to ask
+``core.next_action`` about); the engine asks, and carries the answer out. Nothing here
+decides what comes next, and nothing calls back up into the engine."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import structlog
+
+from ecron.clock import Clock
+from ecron.config.model import CallSettings
+from ecron.core import (
+    CancelSent,
+    Execution,
+    Ownership,
+    ProbeFailed,
+    Status,
+    Stopped,
+    ownership,
+)
+from ecron.core.next import Occasion, Read, Recorded, Unanswered
+from ecron.executor.batch import batch_poll
+from ecron.executor.http import CallContext, CallOutcome, HttpCaller, OutcomeKind
+from ecron.executor.outcomes import poll_event, trigger_event
+from ecron.executor.recorder import Change, Recorder
+from ecron.executor.stopping import send_cancel
+from ecron.executor.trigger import Attempt
+from ecron.logs import about
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Happened:
+    """What a call (or a read) came to: the execution as it now is (None: let go, or gone),
+    why to ask what follows, and the change recorded (with what an end inserted)."""
+
+    eid: str
+    execution: Execution | None
+    occasion: Occasion
+    change: Change | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Retrying:
+    """The first try of a trigger asks for more: the engine gives them a coroutine."""
+
+    execution: Execution
+    attempt: Attempt
+    first: CallOutcome
+
+
+class Performer:
+    """Makes the calls of the executions this node drives; see the module docstring.
+    ``stopping``: the executions whose stop is under way here (never polled or triggered
+    again meanwhile)."""
+
+    def __init__(self, *, recorder: Recorder, caller: HttpCaller, clock: Clock) -> None:
+        self.recorder = recorder
+        self.held = recorder.held
+        self.calls = recorder.calls
+        self.store = recorder.store
+        self.node_id = recorder.node_id
+        self.caller = caller
+        self.clock = clock
+        self.stopping: set[str] = set()
+
+    # -- triggers ---------------------------------------------------------------------------
+
+    async def leave(self, execution: Execution) -> Happened:
+        """Record that the trigger of the call in flight (a step not started yet) leaves."""
+        change = await self.recorder.record(execution, self.calls.trigger_sent(execution))
+        return Happened(execution.eid, change.stored, Recorded(change.transition), change)
+
+    async def trigger(self, execution: Execution, probe_first: bool) -> Happened | Retrying:
+        """The first try of the trigger of the call in flight (started already); what it
+        came to, or ``Retrying`` when it asks for more tries."""
+        call, ctx = self.calls.call_of(execution)
+        attempt = Attempt(
+            self.caller, call, ctx, probe_first, partial(self._still_ours, execution.eid)
+        )
+        outcome = await attempt()
+        if attempt.worth_retrying(outcome):
+            return Retrying(execution, attempt, outcome)
+        return await self.triggered(execution, attempt, outcome)
+
+    async def retried(self, retrying: Retrying) -> Happened | None:
+        """The tries after the first, each after its backoff; None when the execution moved
+        on meanwhile (nothing to record)."""
+        attempt = retrying.attempt
+        outcome = await attempt.retried(retrying.first, self.clock)
+        if attempt.abandoned:
+            return None
+        return await self.triggered(retrying.execution, attempt, outcome)
+
+    async def _still_ours(self, eid: str) -> bool:
+        """Before a trigger is tried again: is the execution still this node's, not ended
+        and not being cancelled?"""
+        held = self.held.get(eid)
+        if held is None or eid in self.stopping:
+            return False
+        fresh = await self.store.get_execution(eid)
+        owned = ownership(held, fresh)
+        return owned is Ownership.MINE and fresh is not None and fresh.cancel_sent_at is None
+
+    async def triggered(
+        self, execution: Execution, attempt: Attempt, outcome: CallOutcome
+    ) -> Happened:
+        """Record the (last) answer to a trigger, or say its outcome is unknown."""
+        eid = execution.eid
+        current = self.held.get(eid, execution)
+        if outcome.report is not None:
+            self.recorder.warn_ignored(current, outcome.report)
+        if outcome.kind is OutcomeKind.NO_ANSWER and attempt.outcome_unknown:
+            log.warning(
+                "trigger_outcome_unknown",
+                task=execution.task,
+                execution_id=eid,
+                detail=outcome.detail,
+            )
+            return Happened(eid, current, Unanswered())
+        event = trigger_event(outcome, attempt.ctx.step_number)
+        change = await self.recorder.record(current, event)
+        return Happened(eid, change.stored, Recorded(change.transition), change)
+
+    # -- polls ------------------------------------------------------------------------------
+
+    async def poll(
+        self, call: CallSettings, items: Sequence[tuple[str, CallContext, bool]]
+    ) -> list[Happened | BaseException | None]:
+        """Poll ``items`` (eid, call context, first poll after a takeover) under ``call``:
+        one GET for one without a batch endpoint, else batch polls; each answer recorded as
+        a poll's (None when it no longer counts, an exception in its place when that failed
+        unexpectedly)."""
+        if call.batch_poll_url is None and len(items) == 1:  # the common case, direct
+            eid, ctx, after_takeover = items[0]
+            try:
+                outcome = await self.caller.poll(call, ctx)
+                return [await self.polled(eid, call, ctx, outcome, after_takeover)]
+            except Exception as exc:
+                return [exc]
+        try:
+            if call.batch_poll_url is None:  # a reload took the batch endpoint away meanwhile
+                outcomes = {ctx.remote_id: await self.caller.poll(call, ctx) for _, ctx, _ in items}
+            else:
+                outcomes = await batch_poll(self.caller, call, [ctx for _, ctx, _ in items])
+            return await asyncio.gather(
+                *(
+                    self.polled(eid, call, ctx, outcomes[ctx.remote_id], after)
+                    for eid, ctx, after in items
+                ),
+                return_exceptions=True,
+            )
+        except Exception as exc:
+            return [exc] * len(items)
+
+    async def polled(
+        self,
+        eid: str,
+        call: CallSettings,
+        ctx: CallContext,
+        outcome: CallOutcome,
+        after_takeover: bool,
+    ) -> Happened | None:
+        """What a poll's answer (alone, or one id's of a batch) means, through the recorder;
+        None when it no longer counts (a stop began while the poll was out, or this node let
+        the execution go)."""
+        current = self.held.get(eid)
+        if eid in self.stopping or current is None:
+            return None
+        if outcome.report is not None and outcome.report.warnings:
+            self.recorder.warn_ignored(current, outcome.report)
+        event = poll_event(outcome, call, ctx.step_number, after_takeover=after_takeover)
+        change = await self.recorder.record(current, event, now=self.clock.now())
+        if isinstance(event, ProbeFailed) and change.stored is not None:
+            with about(change.stored, self.node_id):
+                log.warning(
+                    "poll_failed",
+                    attempt=change.stored.probe_failures,
+                    attempts_left=max(0, call.max_probe_failures - change.stored.probe_failures),
+                    outcome=str(outcome.kind),
+                    detail=outcome.detail,
+                )
+        return Happened(eid, change.stored, Recorded(change.transition), change)
+
+    # -- pushed calls, stops ----------------------------------------------------------------
+
+    async def listen(self, execution: Execution) -> Happened:
+        """A pushed call's heartbeat came due: read the row (reports land on any node)."""
+        fresh = await self.store.get_execution(execution.eid)
+        if fresh is not None and ownership(execution, fresh) is Ownership.MINE:
+            self.held.remember(fresh)
+        return Happened(execution.eid, execution, Read(fresh))
+
+    async def silent(self, execution: Execution) -> Happened:
+        """No report within ``heartbeat_timeout``: a failed probe series (unreachable)."""
+        silence = self.calls.call_of(execution)[0].heartbeat_timeout.total_seconds()
+        event = ProbeFailed("unreachable", 1, f"no report for {silence:g}s (heartbeat_timeout)")
+        change = await self.recorder.record(execution, event)
+        return Happened(execution.eid, change.stored, Recorded(change.transition), change)
+
+    async def stop(self, execution: Execution, status: Status, message: str) -> Happened | None:
+        """End ``execution`` as ``status`` (TIMED_OUT or CANCELLED): the cancel recorded as
+        sent, then sent (once: whoever recorded it sends it), then the end. None when
+        another stop of it is under way here; else what it came to (the execution None when
+        this node let go of it). A person's cancel goes through whoever holds it."""
+        eid = execution.eid
+        if eid in self.stopping:
+            return None
+        self.stopping.add(eid)
+        owner = status is Status.TIMED_OUT
+        try:
+            with about(execution, self.node_id):
+                acknowledged: bool | None = None
+                if execution.triggered_at is not None:
+                    sent = await self.recorder.record(execution, CancelSent(), as_owner=owner)
+                    if sent.stored is None or sent.stored.is_final:
+                        return Happened(eid, sent.stored, Recorded(sent.transition), sent)
+                    if sent.transition.changed:
+                        call, ctx = self.calls.call_of(sent.stored)
+                        acknowledged = await send_cancel(self.caller, call, ctx)
+                    execution = sent.stored
+                event = Stopped(status, acknowledged, message)
+                change = await self.recorder.record(execution, event, as_owner=owner)
+                return Happened(eid, change.stored, Recorded(change.transition), change)
+        finally:
+            self.stopping.discard(eid)

@@ -1,0 +1,203 @@
+"""The one start path: every kind of run (a fire time, a retry, a chained run, a run people
+asked for, a resume) starts through ``Starts.start``, which decides, in one transaction
+for all the runs that fall due together, whether each starts now (``planning.decide_start``:
+retirement, pause, misfire, ``concurrency``), on the database's facts (each task's
+``Gate``, its rows locked on PostgreSQL, so two nodes never both start under ``forbid``).
+
+Claimed runs (SCHEDULED rows: fire times, retries, chained runs) are written as a
+compare-and-set; new runs that people asked for (a manual run, a resume) are inserted in the
+same transaction, already started or, under ``replace``, claimed until the older ones are
+cancelled: so a run asked for costs a share of one transaction, like a fire time, and its
+answer is given once its row is durable. The engine hands the runs in and carries out what
+follows each decision (the trigger, the SKIPPED record's book-keeping, the replacement).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ecron.clock import Clock
+from ecron.config.model import TaskSpec
+from ecron.core import Execution, Gate, Holder, Status, Transition, apply
+from ecron.errors import EcronError
+from ecron.executor.recorder import Change, Recorder
+from ecron.leases import Leases
+from ecron.planning import Begin, Defer, Skip, StartDecision, decide_start, is_late
+from ecron.store.base import Started, StartWrites, Store
+
+
+@dataclass(frozen=True, slots=True)
+class StartRequest:
+    """A run to decide: claimed already (a SCHEDULED row this node holds), or ``new`` (a run
+    people asked for, not in the database yet)."""
+
+    execution: Execution
+    new: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StartResult:
+    """One run's decision, and the change it wrote: a claimed run's start or skip; a new
+    run's insert (its ``stored`` None when its key was taken: another run of the same fire
+    time, or another resume of the same execution, got there first). None when nothing was
+    written (``Decline``, ``Refuse``, a claimed run deferred)."""
+
+    request: StartRequest
+    decision: StartDecision
+    change: Change | None
+
+
+class Starts:
+    """Decides starts in one transaction; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        recorder: Recorder,
+        leases: Leases,
+        clock: Clock,
+        specs: Mapping[str, TaskSpec],
+    ) -> None:
+        self.store = store
+        self.recorder = recorder
+        self.leases = leases
+        self.clock = clock
+        self.specs = specs
+
+    async def start(self, requests: Sequence[StartRequest]) -> list[StartResult]:
+        """Decide ``requests`` in one transaction (oldest fire time first, so that the older
+        run of a task is the one that starts under ``forbid``); each one's result."""
+        now = self.clock.now()
+        ordered = sorted(requests, key=lambda r: (r.execution.scheduled_at, r.execution.eid))
+        late = [
+            r.execution.task
+            for r in ordered
+            if is_late(r.execution, self.specs.get(r.execution.task), now)
+        ]
+        decided: dict[str, tuple[StartDecision, Execution | None]] = {}
+
+        def decide(gates: Mapping[str, Gate]) -> StartWrites:
+            decided.clear()  # a retried transaction decides again: only the last one counts
+            writes: list[tuple[Execution, Execution]] = []
+            inserts: list[Execution] = []
+            starting: dict[str, list[Holder]] = {}
+            for request in ordered:
+                execution = request.execution
+                mine = starting.setdefault(execution.task, [])
+                gate = gates[execution.task]
+                gate = Gate(
+                    gate.paused,
+                    gate.paused_reason,
+                    gate.retired,
+                    (*gate.active, *mine),
+                    gate.later,
+                )
+                decision = decide_start(execution, self.specs.get(execution.task), gate, now)
+                after = self._after(execution, decision, request.new)
+                decided[execution.eid] = (decision, after)
+                if after is None:
+                    continue
+                if after.status is Status.PENDING:
+                    mine.append(
+                        Holder(after.eid, after.status, after.scheduled_at, after.trigger_kind)
+                    )
+                if request.new:
+                    inserts.append(after)
+                else:
+                    writes.append((execution, after))
+            return StartWrites(writes, inserts)
+
+        names = {r.execution.task for r in ordered}
+        new = [r.execution.eid for r in ordered if r.new]
+        started = await self.store.start_executions(names, decide, later_of=late, new=new)
+        return self._results(ordered, decided, started)
+
+    def _results(
+        self,
+        ordered: Sequence[StartRequest],
+        decided: Mapping[str, tuple[StartDecision, Execution | None]],
+        started: Started,
+    ) -> list[StartResult]:
+        """Each request's decision and the change it wrote, followed as ``record`` does."""
+        written = {before.eid: (before, after, stored) for before, after, stored in started.written}
+        inserted = {e.eid for e in started.inserted}
+        results = []
+        for request in ordered:
+            eid = request.execution.eid
+            decision, after = decided[eid]
+            change = None
+            if eid in written:
+                change = self.recorder.written_elsewhere(written[eid])
+            elif after is not None:  # a new run: inserted, or its key was taken
+                stored = after if eid in inserted else None
+                change = Change(Transition(request.execution, after), stored)
+                if stored is not None:
+                    self.recorder.held.hold(stored)
+                    self.recorder.written(change.transition, stored)
+            results.append(StartResult(request, decision, change))
+        return results
+
+    def _after(self, execution: Execution, decision: StartDecision, new: bool) -> Execution | None:
+        """What ``execution`` becomes under ``decision`` (None: nothing is written). A run
+        that starts is held for a full lease from now (the start is written now); a new run
+        deferred is inserted claimed, held as long."""
+        now = self.clock.now()
+        match decision:
+            case Begin(event) | Skip(event):
+                after = apply(execution, event, now).after
+            case Defer() if new:
+                after = execution
+            case _:
+                return None
+        if after.status is not Status.SKIPPED:
+            after = after.evolve(lease_until=self.leases.full_until(self.clock.now()))
+        return after if new else after.evolve(version=execution.version + 1)
+
+
+class Asked:
+    """The runs people asked for that wait for their start decision (a run now, a resume):
+    each is handed in with the starts due now (``take``), and its caller waits for its
+    answer, given once the decision is durable (or, under ``replace``, once it started)."""
+
+    def __init__(self) -> None:
+        self._new: dict[str, Execution] = {}
+        self._answers: dict[str, asyncio.Future[StartResult]] = {}
+
+    async def wait(self, execution: Execution) -> StartResult:
+        """Wait for the answer about ``execution`` (handed in by ``add``)."""
+        future = self._answers[execution.eid]
+        try:
+            return await future
+        finally:
+            self._answers.pop(execution.eid, None)
+            self._new.pop(execution.eid, None)
+
+    def add(self, execution: Execution) -> None:
+        """``execution`` (new, SCHEDULED) waits to be decided."""
+        self._answers[execution.eid] = asyncio.get_running_loop().create_future()
+        self._new[execution.eid] = execution
+
+    def take(self, eid: str) -> Execution | None:
+        """The new run ``eid``, taken up to be decided (None when it is not a new one)."""
+        return self._new.pop(eid, None)
+
+    def answer(self, eid: str, result: StartResult) -> None:
+        """The decision about ``eid`` is durable: its caller goes on."""
+        future = self._answers.get(eid)
+        if future is not None and not future.done():
+            future.set_result(result)
+
+    def fail(self, eid: str, error: Exception) -> None:
+        """No decision could be made about ``eid``: its caller gets ``error``."""
+        future = self._answers.get(eid)
+        if future is not None and not future.done():
+            future.set_exception(error)
+
+    def refuse(self, requests: Sequence[StartRequest], error: EcronError) -> None:
+        """The node stops: the new runs among ``requests`` are refused with ``error``."""
+        for request in requests:
+            if request.new:
+                self.fail(request.execution.eid, error)

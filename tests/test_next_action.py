@@ -1,0 +1,323 @@
+"""``core.next_action``: what the node holding an execution does next, read from a table like
+``apply``'s (STYLE.md rule 14). Each row is an execution as held, why the question is asked,
+and the one action the rules give; every action the engine can be told to carry out has a
+row, and so has every rule that chooses between them. Pure: the moment and the cadence are
+arguments, nothing is waited for."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
+
+import pytest
+
+from ecron.core import (
+    Channel,
+    Execution,
+    RemoteStatus,
+    Report,
+    Reported,
+    Status,
+    Step,
+    Transition,
+    apply,
+)
+from ecron.core.next import (
+    RETRY_AFTER_ERROR,
+    START_RETRY,
+    Action,
+    Broke,
+    Cadence,
+    Cancel,
+    Close,
+    Drop,
+    Due,
+    Finish,
+    Listen,
+    Occasion,
+    Poll,
+    Read,
+    Recorded,
+    Silent,
+    Start,
+    Taken,
+    Trigger,
+    Unanswered,
+    next_action,
+)
+
+T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+NOW = T0 + timedelta(minutes=10)
+SECOND = timedelta(seconds=1)
+POLLED = Cadence(
+    poll_interval=5 * SECOND,
+    pushed=False,
+    heartbeat_timeout=timedelta(minutes=5),
+    cancel_grace=30 * SECOND,
+)
+PUSHED = Cadence(
+    poll_interval=5 * SECOND,
+    pushed=True,
+    heartbeat_timeout=timedelta(minutes=1),
+    cancel_grace=30 * SECOND,
+)
+
+
+def execution(**changes: object) -> Execution:
+    """An execution RUNNING since T0 with an hour's deadline, changed by ``changes``."""
+    return Execution(
+        eid="e1",
+        task="t",
+        scheduled_at=T0,
+        created_at=T0,
+        status=Status.RUNNING,
+        triggered_at=T0,
+        last_report_at=T0 + timedelta(minutes=9),
+        deadline=T0 + timedelta(hours=1),
+        owner="n1",
+        fence=3,
+        version=7,
+    ).evolve(**changes)
+
+
+RUNNING = execution()
+SCHEDULED = execution(
+    status=Status.SCHEDULED, triggered_at=None, last_report_at=None, deadline=None
+)
+#: Just started by the start path: PENDING, its trigger recorded as leaving.
+STARTED = execution(status=Status.PENDING, triggered_at=NOW, last_report_at=None)
+PAST_DEADLINE = execution(deadline=NOW - SECOND)
+CANCEL_SENT = execution(cancel_sent_at=NOW - 10 * SECOND)
+TWO_STEPS = (
+    Step(1, "fetch", "e1.1", Status.SUCCESS, progress=100.0, started_at=T0, finished_at=NOW),
+    Step(2, "load", "e1.2"),
+)
+#: Its first step just succeeded; the second has not started (and then has).
+NEXT_STEP = execution(steps=TWO_STEPS)
+NEXT_STEP_LEFT = execution(steps=(TWO_STEPS[0], replace(TWO_STEPS[1], started_at=NOW)))
+
+
+def recorded(before: Execution, after: Execution, **flags: object) -> Recorded:
+    return Recorded(Transition(before, after, **flags))  # type: ignore[arg-type]
+
+
+def ended(before: Execution) -> Recorded:
+    report = Report(RemoteStatus.SUCCESS)
+    return Recorded(apply(before, Reported(report, Channel.POLL), NOW))
+
+
+class Row(NamedTuple):
+    why: str
+    execution: Execution | None
+    occasion: Occasion
+    cadence: Cadence
+    expected: Action
+
+
+TABLE = [
+    # -- starts
+    Row("a claim starts at its fire time", SCHEDULED, Taken(), POLLED, Start(T0)),
+    Row(
+        "a claim with jitter or a backoff starts at not_before",
+        SCHEDULED.evolve(not_before=T0 + 7 * SECOND),
+        Taken(),
+        POLLED,
+        Start(T0 + 7 * SECOND),
+    ),
+    Row(
+        "a start that could not be decided is tried again a little later",
+        SCHEDULED,
+        Broke(Start(T0)),
+        POLLED,
+        Start(NOW + START_RETRY),
+    ),
+    # -- triggers
+    Row(
+        "a run just started by the start path sends its trigger now",
+        STARTED,
+        recorded(SCHEDULED, STARTED),
+        POLLED,
+        Trigger(NOW),
+    ),
+    Row(
+        "a step whose trigger was just recorded sends it now",
+        NEXT_STEP_LEFT,
+        recorded(NEXT_STEP, NEXT_STEP_LEFT),
+        POLLED,
+        Trigger(NOW),
+    ),
+    Row(
+        "the next step, not started, is triggered now (recording that it leaves first)",
+        NEXT_STEP,
+        recorded(RUNNING.evolve(steps=TWO_STEPS), NEXT_STEP),
+        POLLED,
+        Trigger(NOW),
+    ),
+    Row(
+        "a run taken over while its trigger may have left is probed first",
+        STARTED,
+        Taken(adopted=True),
+        POLLED,
+        Trigger(NOW, probe_first=True),
+    ),
+    Row(
+        "a trigger that failed unexpectedly is tried again later, probing first",
+        STARTED,
+        Broke(Trigger(NOW)),
+        POLLED,
+        Trigger(NOW + RETRY_AFTER_ERROR, probe_first=True),
+    ),
+    # -- polls
+    Row(
+        "a running execution is polled one interval after its answer",
+        RUNNING,
+        recorded(RUNNING, RUNNING, ignored="nothing new"),
+        POLLED,
+        Poll(NOW + 5 * SECOND),
+    ),
+    Row(
+        "the next poll never comes after the deadline",
+        execution(deadline=NOW + 2 * SECOND),
+        recorded(RUNNING, RUNNING),
+        POLLED,
+        Poll(NOW + 2 * SECOND),
+    ),
+    Row(
+        "a trigger with no answer is followed by a poll, one interval later",
+        STARTED,
+        Unanswered(),
+        POLLED,
+        Poll(NOW + 5 * SECOND),
+    ),
+    Row(
+        "a running execution taken over is polled at once, as the residue check",
+        RUNNING,
+        Taken(adopted=True),
+        POLLED,
+        Poll(NOW, after_takeover=True),
+    ),
+    Row(
+        "a planned poll whose time came, its checks passed, is made",
+        RUNNING,
+        Due(Poll(NOW, after_takeover=True)),
+        POLLED,
+        Poll(NOW, after_takeover=True),
+    ),
+    Row(
+        "a poll that failed unexpectedly is made again later",
+        RUNNING,
+        Broke(Poll(NOW)),
+        POLLED,
+        Poll(NOW + RETRY_AFTER_ERROR),
+    ),
+    # -- pushed calls
+    Row(
+        "a pushed call is listened for until its heartbeat ends",
+        RUNNING,
+        recorded(RUNNING, RUNNING),
+        PUSHED,
+        Listen(T0 + timedelta(minutes=10)),
+    ),
+    Row(
+        "a pushed call's row read again, silent past the heartbeat, has failed",
+        execution(last_report_at=NOW - 2 * timedelta(minutes=1)),
+        Read(execution(last_report_at=NOW - 2 * timedelta(minutes=1))),
+        PUSHED,
+        Silent(),
+    ),
+    Row(
+        "a pushed call's row read again, with a report meanwhile, is listened for again",
+        RUNNING,
+        Read(execution(last_report_at=NOW, version=9)),
+        PUSHED,
+        Listen(NOW + timedelta(minutes=1)),
+    ),
+    # -- stops
+    Row(
+        "a report past the deadline asks for the cancel, now",
+        RUNNING,
+        recorded(RUNNING, RUNNING, cancel_due=True),
+        POLLED,
+        Cancel(NOW),
+    ),
+    Row(
+        "a deadline found passed cancels, whatever was planned",
+        PAST_DEADLINE,
+        Due(Poll(NOW)),
+        POLLED,
+        Cancel(NOW),
+    ),
+    Row(
+        "a cancel recorded but never finished is closed after the grace, without a second one",
+        CANCEL_SENT,
+        Taken(adopted=True),
+        POLLED,
+        Close(NOW + 20 * SECOND),
+    ),
+    Row(
+        "a closed cancel is checked before the deadline (no second cancel call)",
+        CANCEL_SENT.evolve(deadline=NOW - SECOND),
+        Due(Close(NOW + 20 * SECOND)),
+        POLLED,
+        Close(NOW + 20 * SECOND),
+    ),
+    # -- ends
+    Row("an end just recorded is booked", None, ended(RUNNING), POLLED, Finish()),
+    Row(
+        "a claim recorded SKIPPED is booked like any end",
+        SCHEDULED.evolve(status=Status.SKIPPED, finished_at=NOW),
+        Taken(),
+        POLLED,
+        Finish(),
+    ),
+    # -- letting go
+    Row("nothing held: nothing to do", None, Due(Poll(NOW)), POLLED, Drop("not held here")),
+    Row(
+        "a write that lost its lease leaves nothing to do here",
+        None,
+        recorded(RUNNING, RUNNING.evolve(progress=5.0)),
+        POLLED,
+        Drop("not held here"),
+    ),
+    Row(
+        "an execution that ended elsewhere is dropped",
+        execution(status=Status.SUCCESS, finished_at=NOW),
+        Due(Poll(NOW)),
+        POLLED,
+        Drop("execution is SUCCESS"),
+    ),
+    Row(
+        "a row read again under another node's lease is let go (counted as lost)",
+        RUNNING,
+        Read(execution(fence=4)),
+        PUSHED,
+        Drop("the lease moved on", lost=True),
+    ),
+    Row(
+        "a row read again that is gone is let go",
+        RUNNING,
+        Read(None),
+        PUSHED,
+        Drop("the lease moved on", lost=True),
+    ),
+    Row(
+        "a row read again that ended is dropped",
+        RUNNING,
+        Read(execution(status=Status.FAILED, finished_at=NOW)),
+        PUSHED,
+        Drop("it ended"),
+    ),
+]
+
+
+@pytest.mark.parametrize("row", TABLE, ids=[row.why for row in TABLE])
+def test_next_action_follows_the_table(row: Row) -> None:
+    """Each row: the execution as held, the occasion, the cadence, the action."""
+    assert next_action(row.execution, NOW, row.cadence, row.occasion) == row.expected
+
+
+def test_the_table_covers_every_action() -> None:
+    """Every kind of action the engine carries out is the answer of at least one row."""
+    kinds = {type(row.expected) for row in TABLE}
+    assert kinds == {Start, Trigger, Poll, Listen, Silent, Cancel, Close, Finish, Drop}
