@@ -33,6 +33,7 @@ from bench.common import (
     Databases,
     Service,
     emit,
+    parse,
     parser,
     profiler,
     ratio,
@@ -310,7 +311,7 @@ def main(argv: list[str] | None = None) -> None:
         default=True,
         help="also measure ecron polling through a batch endpoint (default: yes)",
     )
-    asyncio.run(run(options.parse_args(argv)))
+    asyncio.run(run(parse(options, argv)))
 
 
 if __name__ == "__main__":

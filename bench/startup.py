@@ -25,6 +25,7 @@ from bench.common import (
     Databases,
     emit,
     free_port,
+    parse,
     parser,
     scratch_dir,
     tasks_yaml,
@@ -135,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     options.add_argument(
         "--profile", help="py-spy raw profile of the first fresh start of the largest size"
     )
-    asyncio.run(run(options.parse_args(argv)))
+    asyncio.run(run(parse(options, argv)))
 
 
 if __name__ == "__main__":

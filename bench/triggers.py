@@ -29,6 +29,7 @@ from bench.common import (
     Service,
     count_rows,
     emit,
+    parse,
     parser,
     percentile,
     profiler,
@@ -199,7 +200,7 @@ def main(argv: list[str] | None = None) -> None:
         "--concurrency", choices=["allow", "forbid", "replace"], help="the tasks' (default: theirs)"
     )
     options.add_argument("--profile", help="py-spy raw profile of ecron in the window, to FILE")
-    asyncio.run(run(options.parse_args(argv)))
+    asyncio.run(run(parse(options, argv)))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ and the basic facts hold. No wall-clock time and no speed ratio is asserted here
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,9 +19,12 @@ pytestmark = pytest.mark.slow
 
 
 def run_bench(name: str, *options: str) -> dict[str, Any]:
-    """``python -m bench.<name> OPTIONS`` from the repository root; its JSON line, parsed."""
+    """``python -m bench.<name> OPTIONS`` from the repository root; its JSON line, parsed.
+    The daemon runs on this interpreter (``--ecron-python``), not on the bench venv, which
+    would be made with ``pip install -e .`` on first use: a test stays fast and offline."""
+    command = [sys.executable, "-m", f"bench.{name}", "--database", "sqlite"]
     done = subprocess.run(
-        [sys.executable, "-m", f"bench.{name}", "--database", "sqlite", *options],
+        [*command, "--ecron-python", sys.executable, *options],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -32,7 +36,29 @@ def run_bench(name: str, *options: str) -> dict[str, Any]:
     figures: dict[str, Any] = json.loads(lines[0])
     assert figures["bench"] == name
     assert "ecron" in figures and "baseline" in figures
+    daemon = figures["daemon"]
+    assert daemon["python"] == sys.executable and daemon["installed"] == "--ecron-python"
+    assert daemon["loop"] in ("uvloop", "asyncio") and daemon["daemons_started"] > 0, daemon
     return figures
+
+
+def test_the_bench_venv_is_made_again_when_pyproject_changes(tmp_path: Path) -> None:
+    """The bench venv counts as stale without its interpreter or its stamp, or when
+    pyproject.toml is newer than the stamp; fresh otherwise (nothing is installed here)."""
+    from bench.common import STAMP, venv_python, venv_stale
+
+    venv, pyproject = tmp_path / "venv", tmp_path / "pyproject.toml"
+    pyproject.write_text("[project]\n")
+    assert venv_stale(venv, pyproject)
+    venv_python(venv).parent.mkdir(parents=True)
+    venv_python(venv).write_text("")
+    assert venv_stale(venv, pyproject)
+    (venv / STAMP).write_text("{}")
+    os.utime(pyproject, (1_000, 1_000))
+    assert not venv_stale(venv, pyproject)
+    os.utime(pyproject, None)
+    os.utime(venv / STAMP, (1_000, 1_000))
+    assert venv_stale(venv, pyproject)
 
 
 def test_triggers_fires_every_expected_time_once_and_persists_each_execution() -> None:
