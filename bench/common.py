@@ -406,6 +406,83 @@ async def wait_http(child: Child, url: str, timeout: float, interval: float = 0.
     raise TimeoutError(f"{child.name}: {url} did not answer 200 within {timeout}s")
 
 
+# -- runs asked through the API --------------------------------------------------------------
+
+#: A run request that got no answer (a connection error or ``RUN_TIMEOUT``) has this status.
+NO_ANSWER = 0
+RUN_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class RunAsked:
+    """One ``POST /api/v1/tasks/{name}/run``: when it left (``time.monotonic()``), how
+    long until its answer, its status, and the new execution's id when 202."""
+
+    at: float
+    latency: float
+    status: int
+    eid: str | None
+
+
+async def ask_runs(
+    api: str,
+    tasks: Sequence[str],
+    count: int,
+    clients: int,
+    until: float | None = None,
+) -> list[RunAsked]:
+    """``count`` runs (202 answers) through ``POST /api/v1/tasks/{name}/run``, from
+    ``clients`` concurrent clients (each its own session and connection, one request at a
+    time), the tasks taken in turn; a 409 (no free moment) is asked again. Stops early at
+    ``until`` (``time.monotonic()``). Every request is returned, in the order it ended."""
+    asked: list[RunAsked] = []
+    taken = 0
+
+    async def client() -> None:
+        nonlocal taken
+        timeout = aiohttp.ClientTimeout(total=RUN_TIMEOUT)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while taken < count and (until is None or time.monotonic() < until):
+                n = taken
+                taken += 1
+                while until is None or time.monotonic() < until:
+                    answer = await ask_run(session, f"{api}/api/v1/tasks/{tasks[n % len(tasks)]}")
+                    asked.append(answer)
+                    if answer.status != 409:
+                        break
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return asked
+
+
+async def ask_run(session: aiohttp.ClientSession, task_url: str) -> RunAsked:
+    """One run request; its answer, timed."""
+    started = time.monotonic()
+    try:
+        async with session.post(f"{task_url}/run") as response:
+            body = await response.read()
+            status = response.status
+    except (aiohttp.ClientError, TimeoutError):
+        return RunAsked(started, time.monotonic() - started, NO_ANSWER, None)
+    latency = time.monotonic() - started
+    eid = json.loads(body).get("id") if status == 202 else None
+    return RunAsked(started, latency, status, eid)
+
+
+def runs_figures(asked: Sequence[RunAsked]) -> dict[str, Any]:
+    """Counts of the run requests: created (202), distinct ids, 409s, other answers."""
+    created = [a.eid for a in asked if a.status == 202]
+    statuses: dict[str, int] = {}
+    for a in asked:
+        statuses[str(a.status)] = statuses.get(str(a.status), 0) + 1
+    return {
+        "runs_created": len(created),
+        "runs_distinct_ids": len(set(created)),
+        "conflicts_409": statuses.get("409", 0),
+        "other_answers": {k: n for k, n in statuses.items() if k not in ("202", "409")},
+    }
+
+
 # -- databases -------------------------------------------------------------------------------
 
 

@@ -94,23 +94,43 @@ def test_burst_triggers_every_task_of_the_fire_time_once() -> None:
 
 
 def test_polls_polls_every_execution_and_persists_progress() -> None:
-    """50 adopted executions polled every second: both pollers make polls, ecron stores the
-    progress the service reported, and the ratios to the plain poller are printed. In the
-    batch run the same 50 are polled through the batch endpoint: every execution polled,
-    its progress stored, with fewer HTTP requests than executions polled."""
+    """50 executions made through the API (run requests, as a user makes them) polled
+    every second: each run request made one execution, both pollers make polls, ecron
+    stores the progress the service reported, and the ratios to the plain poller are
+    printed. In the batch run the same 50 are polled through the batch endpoint: every
+    execution polled, its progress stored, with fewer HTTP requests than executions polled."""
     figures = run_bench("polls", "--executions", "50", "--duration", "2", "--settle", "0.5")
+    assert figures["params"]["seed"] == "api"
     for side in ("ecron", "baseline", "ecron_batch"):
         run = figures[side]
         assert run["polled_at_start"] == 50, run
         assert run["polls"] > 0, run
         assert run["cpu_us_per_poll"] is not None and run["kib_per_execution"] is not None
     for side in ("ecron", "ecron_batch"):
-        assert figures[side]["progress_persisted"], figures[side]
+        run = figures[side]
+        assert run["seeding"] == "api", run
+        assert run["seed_runs_created"] == run["seed_runs_distinct_ids"] == 50, run
+        assert run["seed_other_answers"] == {}, run
+        assert run["progress_persisted"], run
     assert figures["ecron"]["requests_per_s"] == figures["ecron"]["polls_per_s"]
     batched = figures["ecron_batch"]
     assert 0 < batched["requests_per_s"] < batched["polls_per_s"], batched
     assert set(figures["ratio"]) == {"polls_per_s", "cpu_us_per_poll", "kib_per_execution"}
     assert set(figures["batch_ratio"]) == {"polls_per_s", "cpu_us_per_poll"}
+
+
+def test_polls_can_still_seed_rows_into_the_database_for_the_daemon_to_adopt() -> None:
+    """``--seed db``, the labelled extra: 20 RUNNING rows written into the database (their
+    next poll left unset) are adopted and polled, and the JSON line says how they were made."""
+    figures = run_bench(
+        "polls",
+        *("--seed", "db", "--executions", "20", "--duration", "1", "--settle", "0.5"),
+        "--no-batch",
+    )
+    assert figures["params"]["seed"] == "db"
+    run = figures["ecron"]
+    assert run["seeding"] == "db" and run["polled_at_start"] == 20, run
+    assert run["progress_persisted"], run
 
 
 def test_lifecycle_counts_statements_and_transactions_per_execution() -> None:
