@@ -174,10 +174,13 @@ class Service:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def running(cls, mode: str, logs: Path, delay: float = 0.0) -> AsyncIterator[Service]:
+    async def running(
+        cls, mode: str, logs: Path, delay: float = 0.0, job_seconds: float | None = None
+    ) -> AsyncIterator[Service]:
         port = free_port()
         command = [sys.executable, "-m", "bench.service", "--mode", mode, "--port", str(port)]
         command += ["--delay", str(delay)] if delay else []
+        command += ["--job-seconds", str(job_seconds)] if job_seconds is not None else []
         child = Child.start("service", command, SERVICE_CORE, logs, {})
         service = cls(child, f"http://127.0.0.1:{port}")
         try:

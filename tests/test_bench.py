@@ -133,6 +133,41 @@ def test_polls_can_still_seed_rows_into_the_database_for_the_daemon_to_adopt() -
     assert run["progress_persisted"], run
 
 
+def test_runs_creates_each_run_once_and_measures_both_phases_and_the_fires() -> None:
+    """300 runs through the API in each phase: each answered 202 with its own execution and
+    triggered once; the fire phase's 40 fire times all triggered; the ceiling phase's reads
+    all answered, and /readyz's body and the saturation metrics recorded."""
+    figures = run_bench(
+        "runs",
+        *("--runs", "300", "--edge", "50", "--settle", "0.5"),
+        *("--fire-tasks", "20", "--fire-duration", "2", "--fire-warmup", "1", "--fire-drain", "1"),
+        *("--duration", "20", "--hold", "2"),
+    )
+    idle, ceiling, fires = (
+        figures["ecron"]["idle"],
+        figures["ecron"]["ceiling"],
+        figures["baseline"],
+    )
+    for run in (idle, ceiling):
+        assert run["runs_created"] == run["runs_distinct_ids"] == 300, run
+        assert run["other_answers"] == {} and run["trigger_duplicates"] == 0, run
+        assert run["run_ms_p99"] is not None and run["cpu_percent"] >= 0, run
+    assert idle["triggers_received"] == 300 and idle["all_triggered"], idle
+    assert idle["in_flight_end"] == 300, idle
+    for key in ("runs_per_s", "runs_per_s_first", "runs_per_s_last", "cpu_us_per_run"):
+        assert idle[key] is not None, (key, idle)
+    assert fires["expected"] == fires["triggered"] == 40 and fires["duplicates"] == 0, fires
+    assert fires["cpu_us_per_fire"] is not None, fires
+    assert ceiling["triggered"] == ceiling["service_running_end"] == 300, ceiling
+    assert ceiling["reads"] > 0 and ceiling["reads_unanswered"] == 0, ceiling
+    assert ceiling["readyz"]["status"] == 200 and ceiling["readyz"]["body"], ceiling
+    assert isinstance(ceiling["metrics"], list), ceiling
+    for key in ("polls_per_s", "gap_max_s", "unpolled_over_3_intervals", "read_ms_p99"):
+        assert key in ceiling, key
+    assert set(figures["ratio"]) == {"runs_per_s_over_fires_per_s", "cpu_per_run_over_cpu_per_fire"}
+    assert figures["daemon"]["daemons_started"] == 3
+
+
 def test_lifecycle_counts_statements_and_transactions_per_execution() -> None:
     """5 executions of trigger, 10 polls and success: statements and transactions per
     execution are counted net of an idle window of the same length."""
