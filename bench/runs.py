@@ -27,9 +27,11 @@ script's clients (``--client-core``), so that core 0 is ecron's alone.
   p50/p99/max of the run requests and of the reads (targets: p99 ≤ 250 ms both), runs
   created, in flight at the end, polls/s the service received (over the phase, and during
   the hold), the largest gap between two polls of one execution (its trigger counts as
-  the first; the time since its last poll counts at the end), how many executions went
-  more than 3 intervals unpolled, and, as the daemon gave them at the end, ``/readyz``'s
-  body and the ``/metrics`` lines whose names hold ``saturat`` or ``poll_lag``.
+  the first; the time since its last poll counts at the end) against the interval each
+  would get if the polls sent in the hold were shared evenly (in flight / polls/s, at
+  least the poll interval), how many executions went more than 3 intervals unpolled, and,
+  as the daemon gave them at the end, ``/readyz``'s body and the ``/metrics`` lines whose
+  names hold ``saturat`` or ``poll_lag``.
 """
 
 from __future__ import annotations
@@ -355,6 +357,9 @@ async def run_ceiling(args: Any, service: Service, url: str, scratch: Path) -> d
     )
     hold_polls = stats["polls_total"] - polls_created
     hold_polls_per_s = round(hold_polls / hold_s, 1) if hold_s > 0 else 0.0
+    # Each execution's interval if the polls the node sends were shared evenly (never
+    # shorter than asked): the largest gap is read against it (none starved).
+    even = max(POLL_INTERVAL_S, stats["running"] / hold_polls_per_s) if hold_polls_per_s else None
     figures: dict[str, Any] = {
         **created,
         "creating_s": round(created_at - started, 2),
@@ -377,6 +382,8 @@ async def run_ceiling(args: Any, service: Service, url: str, scratch: Path) -> d
         "gap_max_s": rounded(stats["gap_max_s"], 2),
         "gap_p50_s": rounded(stats["gap_p50_s"], 2),
         "gap_p99_s": rounded(stats["gap_p99_s"], 2),
+        "even_interval_s": rounded(even, 2),
+        "gap_max_over_even": ratio(stats["gap_max_s"], even),
         "unpolled_over_3_intervals": stats["over_3_intervals"],
         "window_s": round(seconds, 2),
         **cpu_figures(used, seconds),
@@ -530,6 +537,11 @@ def report_ceiling(args: Any, f: dict[str, Any]) -> None:
             f["past_the_ceiling"],
         ),
         ("largest gap between polls, s / p99", f["gap_max_s"], f["gap_p99_s"]),
+        (
+            "  even share of the polls: interval, s / largest gap over it",
+            f["even_interval_s"],
+            f["gap_max_over_even"],
+        ),
         (
             "unpolled > 3 intervals / never polled",
             f["unpolled_over_3_intervals"],
