@@ -1,6 +1,6 @@
-"""``startup``: from spawning ``python -m ecron run`` until ``/healthz`` answers 200, with 0,
-1,000 and 10,000 tasks, on a fresh database and on one that already has them; against a
-bare aiohttp app answering ``/healthz``, started the same way.
+"""``startup``: from spawning ``ecron run`` (the bench venv's) until ``/healthz`` answers 200,
+with 0, 1,000 and 10,000 tasks, on a fresh database and on one that already has them;
+against a bare aiohttp app answering ``/healthz``, started the same way.
 
     .venv/bin/python -m bench.startup --tasks 0,1000,10000 --runs 3 [--database postgresql]
 
