@@ -669,9 +669,13 @@ def emit(name: str, params: dict[str, Any], figures: dict[str, Any]) -> dict[str
     if daemon is not None:
         print(f"\nthe daemon: {daemon['python']} ({daemon['installed']}), loop {daemon['loop']}")
     line = {"bench": name, "params": params, **figures, "daemon": daemon, "machine": machine()}
-    profile = (
-        figures.get("ecron", {}).get("profile") if isinstance(figures.get("ecron"), dict) else None
-    )
+    mine = figures.get("ecron")
+    profile = mine.get("profile") if isinstance(mine, dict) else None
+    if profile is None and isinstance(mine, dict):  # one of several phases (bench.runs)
+        profile = next(
+            (p["profile"] for p in mine.values() if isinstance(p, dict) and p.get("profile")),
+            None,
+        )
     if profile:
         from bench.profile import show
 
