@@ -217,6 +217,7 @@ async def run_idle(args: Any, service: Service, url: str, scratch: Path) -> dict
         started = time.monotonic()
         asked = await ask_runs(daemon.api, task_names(args.tasks), args.runs, args.clients)
         asked_end = time.monotonic()
+        daemon.child.check_alive()
         created = runs_figures(asked)
         arrived = await wait_triggers(service, label, created["runs_created"], args.drain_timeout)
         seconds = time.monotonic() - started
@@ -333,6 +334,9 @@ async def run_ceiling(args: Any, service: Service, url: str, scratch: Path) -> d
         reader.running = False
         await reading
         ended = time.monotonic()
+        daemon.child.check_alive()
+        # Every run's trigger has arrived by now, but on a machine far slower than asked for.
+        await wait_triggers(service, label, runs_figures(asked)["runs_created"], 30)
         stats = await service.get(f"/_stats/runs?interval={POLL_INTERVAL_S}")
         seconds = ended - started
         used = meters.used()
