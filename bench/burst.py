@@ -29,6 +29,7 @@ from bench.common import (
     Service,
     count_rows,
     emit,
+    parse,
     parser,
     profiler,
     ratio,
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
     options.add_argument("--baseline-lead", type=float, default=10.0)
     options.add_argument("--timeout", type=float, default=300.0, help="after the fire time, s")
     options.add_argument("--profile", help="py-spy raw profile of ecron in the burst, to FILE")
-    asyncio.run(run(options.parse_args(argv)))
+    asyncio.run(run(parse(options, argv)))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import fcntl
 import itertools
 import json
 import math
@@ -173,10 +174,13 @@ class Service:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def running(cls, mode: str, logs: Path, delay: float = 0.0) -> AsyncIterator[Service]:
+    async def running(
+        cls, mode: str, logs: Path, delay: float = 0.0, job_seconds: float | None = None
+    ) -> AsyncIterator[Service]:
         port = free_port()
         command = [sys.executable, "-m", "bench.service", "--mode", mode, "--port", str(port)]
         command += ["--delay", str(delay)] if delay else []
+        command += ["--job-seconds", str(job_seconds)] if job_seconds is not None else []
         child = Child.start("service", command, SERVICE_CORE, logs, {})
         service = cls(child, f"http://127.0.0.1:{port}")
         try:
@@ -226,9 +230,147 @@ def tasks_yaml(url: str, count: int, schedule: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+# -- ecron as installed ----------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+#: The virtualenv the daemon under test runs from: ``pip install -e .`` and nothing else (no
+#: extras), so ecron is measured as a user installs it (uvloop is one of its dependencies).
+BENCH_VENV = ROOT / ".bench-venv"
+#: Written after a successful install; the venv is reinstalled when pyproject.toml is newer.
+STAMP = ".ecron-installed"
+#: Asked of the venv's interpreter once per install: what it runs ecron with.
+ABOUT_PYTHON = """
+import json, platform, sys
+from importlib import metadata
+def version(name):
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+names = ("ecron", "uvloop", "aiohttp", "sqlalchemy", "psutil", "py-spy")
+print(json.dumps({"executable": sys.executable, "python": platform.python_version(),
+                  "prefix": sys.prefix, "packages": {n: version(n) for n in names}}))
+"""
+
+
+@dataclass
+class EcronPython:
+    """The interpreter the daemon under test runs on, and what it has installed."""
+
+    python: Path
+    #: ``pip install -e . in .bench-venv/``, or ``--ecron-python`` when given.
+    origin: str
+    about: dict[str, Any] = field(default_factory=dict)
+    #: The event loop of each daemon started, as found once it answered (``Daemon.note_loop``).
+    loops: list[str] = field(default_factory=list)
+
+    def command(self) -> list[str]:
+        """``ecron`` as a user starts it: the venv's ``ecron`` script, else ``python -m``."""
+        script = self.python.parent / "ecron"
+        return [str(script)] if script.exists() else [str(self.python), "-m", "ecron"]
+
+    def record(self) -> dict[str, Any]:
+        """What the JSON line says about the daemon's interpreter and loop."""
+        seen = sorted(set(self.loops))
+        return {
+            "python": str(self.python),
+            "installed": self.origin,
+            "python_version": self.about.get("python"),
+            "packages": self.about.get("packages"),
+            "loop": ",".join(seen) if seen else None,
+            "daemons_started": len(self.loops),
+        }
+
+
+#: Set by ``parse`` (``--ecron-python`` or the bench venv) before any daemon starts.
+_ecron: EcronPython | None = None
+
+
+def venv_python(venv: Path) -> Path:
+    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def venv_stale(venv: Path, pyproject: Path) -> bool:
+    """True when ``venv`` has no interpreter or no stamp, or pyproject.toml is newer."""
+    stamp = venv / STAMP
+    if not venv_python(venv).exists() or not stamp.exists():
+        return True
+    return pyproject.stat().st_mtime > stamp.stat().st_mtime
+
+
+def bench_venv(venv: Path = BENCH_VENV, root: Path = ROOT) -> Path:
+    """``venv``'s python, made with ``python3 -m venv`` (the interpreter this benchmark runs
+    on, outside its own venv) and ``pip install -e .`` on first use, reinstalled when
+    ``pyproject.toml`` changed since; a lock keeps two benchmarks from building it at once."""
+    lock_path = venv.with_name(venv.name + ".lock")
+    with lock_path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if venv_stale(venv, root / "pyproject.toml"):
+            (venv / STAMP).unlink(missing_ok=True)
+            base = getattr(sys, "_base_executable", None) or shutil.which("python3") or "python3"
+            log = venv.with_name(venv.name + "-install.log")
+            print(f"making {venv}: pip install -e . (log: {log})", file=sys.stderr, flush=True)
+            with log.open("w") as out:
+                steps = [] if venv_python(venv).exists() else [[base, "-m", "venv", str(venv)]]
+                steps.append([str(venv_python(venv)), "-m", "pip", "install", "-q", "-e", "."])
+                for step in steps:
+                    done = subprocess.run(step, cwd=root, stdout=out, stderr=subprocess.STDOUT)
+                    if done.returncode != 0:
+                        tail = "\n".join(log.read_text().splitlines()[-20:])
+                        raise RuntimeError(f"{' '.join(step)} failed:\n{tail}")
+            (venv / STAMP).write_text(about_python(venv_python(venv)))
+        return venv_python(venv)
+
+
+def about_python(python: Path) -> str:
+    """The JSON that ``ABOUT_PYTHON`` prints on ``python``."""
+    done = subprocess.run(
+        [str(python), "-c", ABOUT_PYTHON], capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
+def ecron_python(given: str | None = None) -> EcronPython:
+    """The daemon's interpreter: ``given`` (``--ecron-python``), else the bench venv's,
+    made or refreshed now (before anything is measured)."""
+    global _ecron
+    if given:
+        python = Path(given).absolute()
+        _ecron = EcronPython(python, "--ecron-python", json.loads(about_python(python)))
+    else:
+        python = bench_venv()
+        about = json.loads((BENCH_VENV / STAMP).read_text())
+        _ecron = EcronPython(python, f"pip install -e . in {BENCH_VENV.name}/", about)
+    return _ecron
+
+
+def current_ecron() -> EcronPython:
+    """The interpreter chosen by ``parse`` (the bench venv's if none was: a benchmark run
+    without ``parse``, as from a test, still measures ecron as installed)."""
+    return _ecron if _ecron is not None else ecron_python()
+
+
+def loop_of(child: Child) -> str:
+    """The event loop the daemon runs on: from its ``daemon_started`` line when its log
+    level shows it, else ``uvloop`` when uvloop's extension is mapped into the process
+    (ecron imports uvloop only to run on it, ``ecron/loop.py``), else ``asyncio``."""
+    for line in child.log_path.read_text(errors="replace").splitlines():
+        if '"daemon_started"' in line:
+            with contextlib.suppress(ValueError, AttributeError):
+                loop = json.loads(line).get("loop")
+                if loop:
+                    return str(loop)
+    try:
+        maps = [m.path for m in child.meter.memory_maps(grouped=True)]
+    except (psutil.Error, OSError):
+        return "unknown"
+    return "uvloop" if any("/uvloop/" in path for path in maps) else "asyncio"
+
+
 @dataclass
 class Daemon:
-    """``python -m ecron run -c DIR`` as a real process, pinned to the subject core."""
+    """``ecron run -c DIR`` as a real process, from the bench venv (``.bench-venv/bin/ecron``,
+    or ``--ecron-python``'s), pinned to the subject core."""
 
     child: Child
     port: int
@@ -241,12 +383,15 @@ class Daemon:
     def start(cls, config: Path, database_url: str, logs: Path, name: str = "ecron") -> Daemon:
         port = free_port()
         env = {"ECRON_DATABASE_URL": database_url, "ECRON_LISTEN": f"127.0.0.1:{port}"}
-        command = [sys.executable, "-m", "ecron", "run", "-c", str(config)]
+        command = [*current_ecron().command(), "run", "-c", str(config)]
         return cls(Child.start(name, command, SUBJECT_CORE, logs, env), port)
 
     async def wait_ready(self, timeout: float, path: str = "/readyz") -> float:
-        """Wait until ``path`` answers 200; the wall-clock time (``time.time()``) it did."""
-        return await wait_http(self.child, f"{self.api}{path}", timeout)
+        """Wait until ``path`` answers 200; the wall-clock time (``time.time()``) it did.
+        The daemon's event loop is noted then, for the JSON line."""
+        ready = await wait_http(self.child, f"{self.api}{path}", timeout)
+        current_ecron().loops.append(loop_of(self.child))
+        return ready
 
 
 async def wait_http(child: Child, url: str, timeout: float, interval: float = 0.02) -> float:
@@ -262,6 +407,83 @@ async def wait_http(child: Child, url: str, timeout: float, interval: float = 0.
                         return time.time()
             await asyncio.sleep(interval)
     raise TimeoutError(f"{child.name}: {url} did not answer 200 within {timeout}s")
+
+
+# -- runs asked through the API --------------------------------------------------------------
+
+#: A run request that got no answer (a connection error or ``RUN_TIMEOUT``) has this status.
+NO_ANSWER = 0
+RUN_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class RunAsked:
+    """One ``POST /api/v1/tasks/{name}/run``: when it left (``time.monotonic()``), how
+    long until its answer, its status, and the new execution's id when 202."""
+
+    at: float
+    latency: float
+    status: int
+    eid: str | None
+
+
+async def ask_runs(
+    api: str,
+    tasks: Sequence[str],
+    count: int,
+    clients: int,
+    until: float | None = None,
+) -> list[RunAsked]:
+    """``count`` runs (202 answers) through ``POST /api/v1/tasks/{name}/run``, from
+    ``clients`` concurrent clients (each its own session and connection, one request at a
+    time), the tasks taken in turn; a 409 (no free moment) is asked again. Stops early at
+    ``until`` (``time.monotonic()``). Every request is returned, in the order it ended."""
+    asked: list[RunAsked] = []
+    taken = 0
+
+    async def client() -> None:
+        nonlocal taken
+        timeout = aiohttp.ClientTimeout(total=RUN_TIMEOUT)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while taken < count and (until is None or time.monotonic() < until):
+                n = taken
+                taken += 1
+                while until is None or time.monotonic() < until:
+                    answer = await ask_run(session, f"{api}/api/v1/tasks/{tasks[n % len(tasks)]}")
+                    asked.append(answer)
+                    if answer.status != 409:
+                        break
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return asked
+
+
+async def ask_run(session: aiohttp.ClientSession, task_url: str) -> RunAsked:
+    """One run request; its answer, timed."""
+    started = time.monotonic()
+    try:
+        async with session.post(f"{task_url}/run") as response:
+            body = await response.read()
+            status = response.status
+    except (aiohttp.ClientError, TimeoutError):
+        return RunAsked(started, time.monotonic() - started, NO_ANSWER, None)
+    latency = time.monotonic() - started
+    eid = json.loads(body).get("id") if status == 202 else None
+    return RunAsked(started, latency, status, eid)
+
+
+def runs_figures(asked: Sequence[RunAsked]) -> dict[str, Any]:
+    """Counts of the run requests: created (202), distinct ids, 409s, other answers."""
+    created = [a.eid for a in asked if a.status == 202]
+    statuses: dict[str, int] = {}
+    for a in asked:
+        statuses[str(a.status)] = statuses.get(str(a.status), 0) + 1
+    return {
+        "runs_created": len(created),
+        "runs_distinct_ids": len(set(created)),
+        "conflicts_409": statuses.get("409", 0),
+        "other_answers": {k: n for k, n in statuses.items() if k not in ("202", "409")},
+    }
 
 
 # -- databases -------------------------------------------------------------------------------
@@ -381,7 +603,21 @@ def parser(description: str) -> argparse.ArgumentParser:
     result = argparse.ArgumentParser(description=description)
     result.add_argument("--database", choices=["sqlite", "postgresql"], default="sqlite")
     result.add_argument("--keep", action="store_true", help="keep the scratch dir (logs, db)")
+    result.add_argument(
+        "--ecron-python",
+        metavar="PATH",
+        help="run the daemon on this interpreter (it must have ecron installed) instead of "
+        f"{BENCH_VENV.name}/, made with 'pip install -e .' on first use",
+    )
     return result
+
+
+def parse(options: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Parse the arguments and settle the daemon's interpreter (making the bench venv if
+    it is missing or stale) before anything is started or measured."""
+    args = options.parse_args(argv)
+    ecron_python(args.ecron_python)
+    return args
 
 
 @contextlib.contextmanager
@@ -429,10 +665,17 @@ def machine() -> dict[str, Any]:
 
 def emit(name: str, params: dict[str, Any], figures: dict[str, Any]) -> dict[str, Any]:
     """Print the one JSON line of this run (it starts with ``{"bench": "<name>"``)."""
-    line = {"bench": name, "params": params, **figures, "machine": machine()}
-    profile = (
-        figures.get("ecron", {}).get("profile") if isinstance(figures.get("ecron"), dict) else None
-    )
+    daemon = current_ecron().record() if _ecron is not None else None
+    if daemon is not None:
+        print(f"\nthe daemon: {daemon['python']} ({daemon['installed']}), loop {daemon['loop']}")
+    line = {"bench": name, "params": params, **figures, "daemon": daemon, "machine": machine()}
+    mine = figures.get("ecron")
+    profile = mine.get("profile") if isinstance(mine, dict) else None
+    if profile is None and isinstance(mine, dict):  # one of several phases (bench.runs)
+        profile = next(
+            (p["profile"] for p in mine.values() if isinstance(p, dict) and p.get("profile")),
+            None,
+        )
     if profile:
         from bench.profile import show
 

@@ -50,6 +50,7 @@ from bench.common import (
     PeakRss,
     Service,
     emit,
+    parse,
     parser,
     percentile,
     profiler,
@@ -387,7 +388,7 @@ def main(argv: list[str] | None = None) -> None:
     options.add_argument("--after", type=float, default=0.5, help="load after the drop, x cap.")
     options.add_argument("--ready-timeout", type=float, default=120.0)
     options.add_argument("--profile", help="py-spy raw profile of the highest level, to FILE")
-    asyncio.run(run(options.parse_args(argv)))
+    asyncio.run(run(parse(options, argv)))
 
 
 if __name__ == "__main__":

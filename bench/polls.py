@@ -3,15 +3,20 @@ memory per execution, progress persisted; against a plain aiohttp poller (no dat
 
     .venv/bin/python -m bench.polls --executions 10000 [--database postgresql]
 
-The daemon starts with nothing in flight; its idle RSS is read. Then N RUNNING execution
-rows of a manual task (``poll_interval: 1s``) are written straight into its database with no
-owner, as a dead node would leave them; the daemon adopts them by takeover and polls them.
-The user service (core 1) answers every poll ``RUNNING`` with a progress that changes each
-time. Once every execution has been polled within the last 2.5 s (the ramp), the service
-counts polls for ``--duration`` seconds while ecron's CPU is read. At the end the stored
-progress of each row is compared with the last values the service reported for it. The
-baseline poller (``bench/baseline_poller.py``) is measured the same way on the same core.
-Then (unless ``--no-batch``) ecron runs again on a fresh database with the task's
+The daemon (ecron as installed: the bench venv) starts with one manual task
+(``poll_interval: 1s``, ``concurrency: allow``, ``task_timeout: 1d``) and nothing in
+flight; its idle RSS is read. Then N executions are made the way a user makes them:
+``POST /api/v1/tasks/{name}/run`` from ``--clients`` (16) concurrent clients until N were
+answered 202 (a 409 is asked again). ``--seed db`` makes them the old way instead, as a
+labelled extra: N RUNNING rows written straight into the database with no owner, as a dead
+node leaves them, which the daemon adopts by takeover. The JSON line says which
+(``params.seed``, and ``seeding`` in each ecron run). The user service (core 1) answers
+each trigger ``RUNNING`` and every poll ``RUNNING`` with a progress that changes each time.
+Once every execution has been polled at least once and one second more (the ramp), the
+service counts polls for ``--duration`` seconds while ecron's CPU is read. At the end the
+stored progress of each row is compared with the last values the service reported for it.
+The baseline poller (``bench/baseline_poller.py``) is measured the same way on the same
+core. Then (unless ``--no-batch``) ecron runs again on a fresh database with the task's
 ``batch_poll_url`` set to the service's batch endpoint (PROTOCOL.md, "Batch polls"), so
 the same executions are polled up to 100 a request: ``polls_per_s`` counts executions
 polled, ``requests_per_s`` the HTTP requests that carried them.
@@ -32,11 +37,15 @@ from bench.common import (
     Daemon,
     Databases,
     Service,
+    ask_runs,
     emit,
+    parse,
     parser,
+    percentile,
     profiler,
     ratio,
     rounded,
+    runs_figures,
     scratch_dir,
     table,
     write_config,
@@ -46,6 +55,11 @@ LABEL_ECRON = "ecron"
 LABEL_BASELINE = "baseline"
 LABEL_BATCH = "ecron_batch"
 TASK = "polls"
+#: ``--seed``: how the in-flight executions are made.
+SEEDINGS = {
+    "api": "by POST /api/v1/tasks/{name}/run",
+    "db": "by rows written into the database and adopted (--seed db)",
+}
 
 
 def task_yaml(url: str, batch_poll_url: str | None = None) -> str:
@@ -57,28 +71,55 @@ def task_yaml(url: str, batch_poll_url: str | None = None) -> str:
     )
 
 
-async def insert_running(url: str, count: int) -> list[str]:
-    """``count`` RUNNING executions of the task, owned by nobody; their eids."""
+async def seed_api(api: str, count: int, clients: int) -> dict[str, Any]:
+    """``count`` runs of the task through ``POST /api/v1/tasks/{name}/run`` from ``clients``
+    concurrent clients, as a user makes them; how long it took and what was answered."""
+    started = time.monotonic()
+    asked = await ask_runs(api, [TASK], count, clients)
+    seconds = time.monotonic() - started
+    figures = runs_figures(asked)
+    if figures["runs_created"] < count:
+        raise RuntimeError(f"only {figures['runs_created']} of {count} runs created: {figures}")
+    latencies = [a.latency * 1000 for a in asked]
+    return {
+        "seeding": "api",
+        "seed_s": round(seconds, 1),
+        "seed_runs_per_s": round(count / seconds, 1),
+        "seed_run_ms_p99": rounded(percentile(latencies, 99)),
+        **{f"seed_{key}": value for key, value in figures.items()},
+    }
+
+
+async def seed_db(url: str, count: int) -> dict[str, Any]:
+    """``count`` RUNNING executions of the task written into the database, owned by nobody
+    (as a dead node leaves them), for the daemon to adopt; when the next poll is due is left
+    unset (the column's name may change), so the adopting node decides."""
     from ecron.store.engine import Engines
     from ecron.store.tables import ExecutionRow, execution_table
 
     now = datetime.now(UTC)
-    eids = [f"bench-{n:06d}" for n in range(count)]
+    columns = set(execution_table.c.keys())
     rows = [
-        ExecutionRow(
-            eid=eid,
-            task=TASK,
-            scheduled_at=now - timedelta(milliseconds=n),
-            trigger_kind="manual",
-            status="RUNNING",
-            created_at=now,
-            triggered_at=now,
-            last_report_at=now,
-            deadline=now + timedelta(days=1),
-            next_poll_at=now,
-        ).model_dump()
-        for n, eid in enumerate(eids)
+        {
+            key: value
+            for key, value in ExecutionRow(
+                eid=f"bench-{n:06d}",
+                task=TASK,
+                scheduled_at=now - timedelta(milliseconds=n),
+                trigger_kind="manual",
+                status="RUNNING",
+                created_at=now,
+                triggered_at=now,
+                last_report_at=now,
+                deadline=now + timedelta(days=1),
+            )
+            .model_dump()
+            .items()
+            if key in columns
+        }
+        for n in range(count)
     ]
+    started = time.monotonic()
     engines = Engines(url)
     try:
         for first in range(0, count, 1000):
@@ -86,7 +127,7 @@ async def insert_running(url: str, count: int) -> list[str]:
                 await conn.execute(execution_table.insert(), rows[first : first + 1000])
     finally:
         await engines.dispose()
-    return eids
+    return {"seeding": "db", "seed_s": round(time.monotonic() - started, 1)}
 
 
 async def stored_progress(url: str) -> dict[str, float]:
@@ -185,8 +226,11 @@ async def run_ecron(
         await asyncio.sleep(args.settle)
         idle_cpu = daemon.child.cpu_seconds() - idle_cpu
         idle_rss = daemon.child.rss()
-        await insert_running(url, args.executions)
-        figures = await measure(daemon.child, service, args.executions, args)
+        if args.seed == "api":
+            seeded = await seed_api(daemon.api, args.executions, args.clients)
+        else:
+            seeded = await seed_db(url, args.executions)
+        figures = {**seeded, **await measure(daemon.child, service, args.executions, args)}
     finally:
         await daemon.child.stop()
     figures.update(
@@ -252,13 +296,17 @@ async def run(args: Any) -> dict[str, Any]:
             "cpu_us_per_poll": ratio(batched["cpu_us_per_poll"], mine["cpu_us_per_poll"]),
         }
         report_batch(args, mine, batched)
-    params = {k: getattr(args, k) for k in ("database", "executions", "duration", "batch")}
+    keys = ("database", "executions", "duration", "batch", "seed", "clients")
+    params = {k: getattr(args, k) for k in keys}
     return emit("polls", params, figures)
 
 
 def report(args: Any, mine: dict[str, Any], theirs: dict[str, Any], ratios: dict[str, Any]) -> None:
     keys = [
         ("in flight", "in_flight"),
+        ("made by (seeding)", "seeding"),
+        ("seeding, s", "seed_s"),
+        ("  run requests/s (API seeding)", "seed_runs_per_s"),
         ("ramp until all polled, s", "ramp_s"),
         ("polls/s", "polls_per_s"),
         ("mean interval per execution, s", "interval_mean_s"),
@@ -275,7 +323,10 @@ def report(args: Any, mine: dict[str, Any], theirs: dict[str, Any], ratios: dict
     ]
     rows = [(label, mine.get(k), theirs.get(k)) for label, k in keys]
     rows += [(f"ratio ecron/plain: {k}", v, None) for k, v in ratios.items()]
-    title = f"polls: {args.executions} in flight, poll_interval 1s, {args.database}"
+    title = (
+        f"polls: {args.executions} in flight, poll_interval 1s, {args.database}, "
+        f"made {SEEDINGS[args.seed]}"
+    )
     table(title, rows, ("ecron", "plain aiohttp"))
 
 
@@ -292,7 +343,10 @@ def report_batch(args: Any, mine: dict[str, Any], batched: dict[str, Any]) -> No
         ("progress advanced, fraction", "progress_advanced"),
     ]
     rows = [(label, mine.get(k), batched.get(k)) for label, k in keys]
-    title = f"polls: {args.executions} in flight, one GET each vs batch_poll_url, {args.database}"
+    title = (
+        f"polls: {args.executions} in flight, one GET each vs batch_poll_url, {args.database}, "
+        f"made {SEEDINGS[args.seed]}"
+    )
     table(title, rows, ("ecron, per execution", "ecron, batch"))
 
 
@@ -305,12 +359,20 @@ def main(argv: list[str] | None = None) -> None:
     options.add_argument("--ready-timeout", type=float, default=120.0)
     options.add_argument("--profile", help="py-spy raw profile of ecron in the window, to FILE")
     options.add_argument(
+        "--seed",
+        choices=sorted(SEEDINGS),
+        default="api",
+        help="how the executions are made: run requests through the API, as a user makes "
+        "them (default), or RUNNING rows written into the database for the daemon to adopt",
+    )
+    options.add_argument("--clients", type=int, default=16, help="concurrent run requests")
+    options.add_argument(
         "--batch",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="also measure ecron polling through a batch endpoint (default: yes)",
     )
-    asyncio.run(run(options.parse_args(argv)))
+    asyncio.run(run(parse(options, argv)))
 
 
 if __name__ == "__main__":

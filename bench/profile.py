@@ -32,7 +32,13 @@ PLUMBING = (
     "click/",
     "ecron/cli/",
     "ecron/__main__.py",
+    # The daemon as installed: the venv's ``ecron`` script, and the loop it runs on.
+    "bin/ecron)",
+    "ecron/loop.py",
+    "uvloop/__init__.py",
 )
+#: The bottom frame of the main thread (the event loop's): ``python -m ecron`` or the script.
+MAIN_THREAD = ("_run_module_as_main", "<module> (")
 #: The repository root: frames of its files are shown relative to it.
 ROOT = str(Path(__file__).resolve().parent.parent)
 #: The files of ``ecron/executor`` (a namespace package, which py-spy's short names lose).
@@ -96,7 +102,7 @@ def summarise(path: Path, top: int = 15) -> dict[str, Any]:
             continue
         samples += n
         own[frames[-1]] += n
-        loop += n if frames[0].startswith("_run_module_as_main") else 0
+        loop += n if frames[0].startswith(MAIN_THREAD) else 0
         for frame in set(frames):
             if not any(part in frame for part in PLUMBING):
                 total[frame] += n

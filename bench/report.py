@@ -178,12 +178,52 @@ def startup(line: Row) -> list[list[Any]]:
 
 STARTUP = ["db", "process", "seconds min / median / max", "RSS MiB"]
 
+
+def runs(line: Row) -> list[Any]:
+    idle, ceiling = line["ecron"]["idle"] or {}, line["ecron"]["ceiling"] or {}
+    fires, r, p = line["baseline"] or {}, line["ratio"], line["params"]
+
+    def get(run: Row, key: str) -> str:
+        return fmt(run.get(key))
+
+    return [
+        p["database"],
+        p["runs"],
+        f"{get(idle, 'runs_per_s')} ({get(idle, 'runs_per_s_first')} → "
+        f"{get(idle, 'runs_per_s_last')})",
+        f"{get(idle, 'run_ms_p50')} / {get(idle, 'run_ms_p99')}",
+        f"{get(idle, 'cpu_us_per_run')} / {get(fires, 'cpu_us_per_fire')}",
+        f"{get(idle, 'runs_per_s')} / {get(fires, 'fired_per_s')}",
+        f"**{fmt(r['cpu_per_run_over_cpu_per_fire'])}× / "
+        f"{fmt(r['runs_per_s_over_fires_per_s'])}×**",
+        f"{get(ceiling, 'runs_created')} / {get(ceiling, 'in_flight_end')}",
+        f"{get(ceiling, 'run_ms_p99')} / {get(ceiling, 'read_ms_p99')}",
+        f"{get(ceiling, 'polls_per_s_hold')} of {get(ceiling, 'poll_demand_per_s')}",
+        f"{get(ceiling, 'gap_max_s')} / {get(ceiling, 'unpolled_over_3_intervals')}",
+    ]
+
+
+RUNS = [
+    "db",
+    "runs",
+    "idle runs/s (first → last)",
+    "idle run ms p50 / p99",
+    "CPU µs per run / per fire",
+    "runs/s / fires/s",
+    "ratios CPU / rate",
+    "ceiling: created / in flight",
+    "ceiling: run / read ms p99",
+    "ceiling: polls/s of due",
+    "ceiling: largest gap s / > 3 intervals",
+]
+
 BENCHES: dict[str, tuple[list[str], Callable[[Row], Any], bool]] = {
     "triggers": (TRIGGERS, triggers, False),
     "burst": (BURST, burst, False),
     "polls": (POLLS, polls, False),
     "lifecycle": (LIFECYCLE, lifecycle, False),
     "startup": (STARTUP, startup, True),
+    "runs": (RUNS, runs, False),
 }
 
 

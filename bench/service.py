@@ -1,6 +1,6 @@
 """The benchmarks' user service: records what arrives and answers as cheaply as it can.
 
-``python -m bench.service --mode triggers|polls|lifecycle --port P [--delay S]`` (pinned to
+``python -m bench.service --mode triggers|polls|lifecycle|runs --port P [--delay S]`` (pinned to
 its own core by the benchmark; ``--delay`` holds each trigger's answer back: a slow
 service). Task URLs are ``/jobs/{label}``: the label (``ecron``, ``baseline``) keeps the
 records of the two runs of one benchmark apart.
@@ -13,6 +13,10 @@ records of the two runs of one benchmark apart.
   answered ``{"reports": {...}}``. Each id counts as one poll; each GET as one request.
 - ``lifecycle``: a POST answers ``RUNNING`` 0; polls 1-10 answer ``RUNNING`` with rising
   progress, the 11th ``SUCCESS``.
+- ``runs``: jobs of ``--job-seconds`` (600): a POST is recorded as in ``triggers`` and
+  answers ``RUNNING`` 0; a poll answers ``RUNNING`` with the share of the job's time gone,
+  then ``SUCCESS`` once it has passed. Per execution it keeps when it was triggered, when
+  last polled and the longest gap so far between two of those (``/_stats/runs``).
 
 Stats live under ``/_stats/...``; ``POST /_mark`` opens a new measuring window for polls.
 """
@@ -38,10 +42,12 @@ RECENT = 2.5
 class State:
     """Everything the service remembers."""
 
-    def __init__(self, mode: str, delay: float = 0.0) -> None:
+    def __init__(self, mode: str, delay: float = 0.0, job_seconds: float = 600.0) -> None:
         self.mode = mode
         #: Seconds each trigger's answer is held back (a slow service).
         self.delay = delay
+        #: ``runs``: how long a job lasts from its trigger.
+        self.job_seconds = job_seconds
         self.clear()
 
     def clear(self) -> None:
@@ -57,6 +63,12 @@ class State:
         self.window_started = time.monotonic()
         self.intervals: list[float] = []
         self.finished = 0
+        #: ``runs``: eid -> when its trigger arrived; the longest gap between its trigger and
+        #: a poll or two polls; the eids whose job ended (answered SUCCESS); polls ever.
+        self.started: dict[str, float] = {}
+        self.max_gap: dict[str, float] = {}
+        self.done: set[str] = set()
+        self.polls_total = 0
 
 
 class Handlers:
@@ -75,6 +87,8 @@ class Handlers:
                 headers.get("X-Ecron-Execution-Id", ""),
             )
         )
+        if state.mode == "runs":
+            state.started.setdefault(headers.get("X-Ecron-Execution-Id", ""), time.monotonic())
         if state.delay:
             await asyncio.sleep(state.delay)
         return web.json_response(SUCCESS if state.mode == "triggers" else RUNNING_ZERO)
@@ -103,6 +117,8 @@ class Handlers:
             state.intervals.append(now - last)
         if state.mode == "lifecycle":
             return lifecycle_report(state, count)
+        if state.mode == "runs":
+            return job_report(state, eid, now, last)
         progress = (count % 1000) / 10
         kept = state.progress.get(eid)
         if kept is None:
@@ -130,6 +146,10 @@ class Handlers:
     async def polls(self, request: web.Request) -> web.Response:
         return web.json_response(poll_stats(self.state))
 
+    async def runs(self, request: web.Request) -> web.Response:
+        interval = float(request.query.get("interval", "1"))
+        return web.json_response(run_stats(self.state, interval))
+
     async def progress(self, request: web.Request) -> web.Response:
         return web.json_response({eid: list(kept) for eid, kept in self.state.progress.items()})
 
@@ -150,6 +170,7 @@ def make_app(state: State) -> web.Application:
             web.get("/_stats/triggers/{label}", handlers.triggers),
             web.get("/_stats/count/{label}", handlers.count),
             web.get("/_stats/polls", handlers.polls),
+            web.get("/_stats/runs", handlers.runs),
             web.get("/_stats/progress", handlers.progress),
             web.post("/_mark", handlers.mark),
             web.post("/_reset", handlers.reset),
@@ -165,6 +186,55 @@ def lifecycle_report(state: State, count: int) -> dict[str, Any]:
     if count == 11:
         state.finished += 1
     return SUCCESS
+
+
+def job_report(state: State, eid: str, now: float, last: float | None) -> dict[str, Any]:
+    """``runs``: note the gap since the last poll (or the trigger); the job's progress by
+    the time gone, or SUCCESS once ``job_seconds`` have passed since its trigger."""
+    state.polls_total += 1
+    started = state.started.setdefault(eid, now)
+    gap = now - (started if last is None else last)
+    if gap > state.max_gap.get(eid, 0.0):
+        state.max_gap[eid] = gap
+    gone = now - started
+    if gone >= state.job_seconds:
+        if eid not in state.done:
+            state.done.add(eid)
+            state.finished += 1
+        return SUCCESS
+    return {"status": "RUNNING", "progress": round(100 * gone / state.job_seconds, 2)}
+
+
+def run_stats(state: State, interval: float) -> dict[str, Any]:
+    """``runs``: the triggers and polls so far, and per execution still running the longest
+    gap between its trigger and a poll, or two polls, or its last one and now: the largest,
+    p50 and p99 of those, and how many exceed 3 poll intervals."""
+    now = time.monotonic()
+    posts = sum(len(records) for records in state.triggers.values())
+    gaps = []
+    for eid, started in state.started.items():
+        if eid in state.done:
+            gaps.append(state.max_gap.get(eid, 0.0))
+            continue
+        last = state.last_poll.get(eid)
+        gaps.append(max(state.max_gap.get(eid, 0.0), now - (started if last is None else last)))
+    gaps.sort()
+    n = len(gaps)
+    polled = sum(1 for eid in state.started if eid in state.last_poll)
+    return {
+        "trigger_posts": posts,
+        "triggered": len(state.started),
+        "duplicates": posts - len(state.started),
+        "polls_total": state.polls_total,
+        "polled": polled,
+        "never_polled": len(state.started) - polled,
+        "finished": state.finished,
+        "running": len(state.started) - len(state.done),
+        "gap_max_s": gaps[-1] if n else None,
+        "gap_p50_s": gaps[n // 2] if n else None,
+        "gap_p99_s": gaps[min(n - 1, int(n * 0.99))] if n else None,
+        "over_3_intervals": sum(1 for gap in gaps if gap > 3 * interval),
+    }
 
 
 def poll_stats(state: State) -> dict[str, Any]:
@@ -187,11 +257,13 @@ def poll_stats(state: State) -> dict[str, Any]:
 
 def main() -> None:
     args = argparse.ArgumentParser()
-    args.add_argument("--mode", choices=["triggers", "polls", "lifecycle"], required=True)
+    modes = ["triggers", "polls", "lifecycle", "runs"]
+    args.add_argument("--mode", choices=modes, required=True)
     args.add_argument("--port", type=int, required=True)
     args.add_argument("--delay", type=float, default=0.0, help="hold each trigger's answer, s")
+    args.add_argument("--job-seconds", type=float, default=600.0, help="runs: a job's length")
     options = args.parse_args()
-    app = make_app(State(options.mode, options.delay))
+    app = make_app(State(options.mode, options.delay, options.job_seconds))
 
     web.run_app(app, host="127.0.0.1", port=options.port, print=None, access_log=None, backlog=4096)
 

@@ -1,6 +1,6 @@
-"""``startup``: from spawning ``python -m ecron run`` until ``/healthz`` answers 200, with 0,
-1,000 and 10,000 tasks, on a fresh database and on one that already has them; against a
-bare aiohttp app answering ``/healthz``, started the same way.
+"""``startup``: from spawning ``ecron run`` (the bench venv's) until ``/healthz`` answers 200,
+with 0, 1,000 and 10,000 tasks, on a fresh database and on one that already has them;
+against a bare aiohttp app answering ``/healthz``, started the same way.
 
     .venv/bin/python -m bench.startup --tasks 0,1000,10000 --runs 3 [--database postgresql]
 
@@ -25,6 +25,7 @@ from bench.common import (
     Databases,
     emit,
     free_port,
+    parse,
     parser,
     scratch_dir,
     tasks_yaml,
@@ -135,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     options.add_argument(
         "--profile", help="py-spy raw profile of the first fresh start of the largest size"
     )
-    asyncio.run(run(options.parse_args(argv)))
+    asyncio.run(run(parse(options, argv)))
 
 
 if __name__ == "__main__":

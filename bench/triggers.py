@@ -4,11 +4,11 @@ each, on time, and persisted? Against in-memory APScheduler 3.11 posting the sam
     .venv/bin/python -m bench.triggers --tasks 2000 --duration 20 [--database postgresql]
 
 The user service (its own process, core 1) records every POST with its arrival time and
-``X-Ecron-Scheduled-At``, and answers ``SUCCESS`` at once, so nothing is left to poll. ecron
-(``python -m ecron run``) and then the baseline run on core 0, one after the other. Each is
-measured over the window that starts at the first whole second ``--warmup`` seconds after
-it is ready and lasts ``--duration`` seconds; triggers arriving up to ``--drain`` seconds
-after the window still count (late, with their lag).
+``X-Ecron-Scheduled-At``, and answers ``SUCCESS`` at once, so nothing is left to poll.
+ecron (``ecron run`` from the bench venv) and then the baseline run on core 0, one after the
+other. Each is measured over the window that starts at the first whole second ``--warmup``
+seconds after it is ready and lasts ``--duration`` seconds; triggers arriving up to
+``--drain`` seconds after the window still count (late, with their lag).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from bench.common import (
     Service,
     count_rows,
     emit,
+    parse,
     parser,
     percentile,
     profiler,
@@ -199,7 +200,7 @@ def main(argv: list[str] | None = None) -> None:
         "--concurrency", choices=["allow", "forbid", "replace"], help="the tasks' (default: theirs)"
     )
     options.add_argument("--profile", help="py-spy raw profile of ecron in the window, to FILE")
-    asyncio.run(run(options.parse_args(argv)))
+    asyncio.run(run(parse(options, argv)))
 
 
 if __name__ == "__main__":

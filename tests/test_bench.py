@@ -5,6 +5,7 @@ and the basic facts hold. No wall-clock time and no speed ratio is asserted here
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,9 +19,12 @@ pytestmark = pytest.mark.slow
 
 
 def run_bench(name: str, *options: str) -> dict[str, Any]:
-    """``python -m bench.<name> OPTIONS`` from the repository root; its JSON line, parsed."""
+    """``python -m bench.<name> OPTIONS`` from the repository root; its JSON line, parsed.
+    The daemon runs on this interpreter (``--ecron-python``), not on the bench venv, which
+    would be made with ``pip install -e .`` on first use: a test stays fast and offline."""
+    command = [sys.executable, "-m", f"bench.{name}", "--database", "sqlite"]
     done = subprocess.run(
-        [sys.executable, "-m", f"bench.{name}", "--database", "sqlite", *options],
+        [*command, "--ecron-python", sys.executable, *options],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -32,7 +36,29 @@ def run_bench(name: str, *options: str) -> dict[str, Any]:
     figures: dict[str, Any] = json.loads(lines[0])
     assert figures["bench"] == name
     assert "ecron" in figures and "baseline" in figures
+    daemon = figures["daemon"]
+    assert daemon["python"] == sys.executable and daemon["installed"] == "--ecron-python"
+    assert daemon["loop"] in ("uvloop", "asyncio") and daemon["daemons_started"] > 0, daemon
     return figures
+
+
+def test_the_bench_venv_is_made_again_when_pyproject_changes(tmp_path: Path) -> None:
+    """The bench venv counts as stale without its interpreter or its stamp, or when
+    pyproject.toml is newer than the stamp; fresh otherwise (nothing is installed here)."""
+    from bench.common import STAMP, venv_python, venv_stale
+
+    venv, pyproject = tmp_path / "venv", tmp_path / "pyproject.toml"
+    pyproject.write_text("[project]\n")
+    assert venv_stale(venv, pyproject)
+    venv_python(venv).parent.mkdir(parents=True)
+    venv_python(venv).write_text("")
+    assert venv_stale(venv, pyproject)
+    (venv / STAMP).write_text("{}")
+    os.utime(pyproject, (1_000, 1_000))
+    assert not venv_stale(venv, pyproject)
+    os.utime(pyproject, None)
+    os.utime(venv / STAMP, (1_000, 1_000))
+    assert venv_stale(venv, pyproject)
 
 
 def test_triggers_fires_every_expected_time_once_and_persists_each_execution() -> None:
@@ -68,23 +94,78 @@ def test_burst_triggers_every_task_of_the_fire_time_once() -> None:
 
 
 def test_polls_polls_every_execution_and_persists_progress() -> None:
-    """50 adopted executions polled every second: both pollers make polls, ecron stores the
-    progress the service reported, and the ratios to the plain poller are printed. In the
-    batch run the same 50 are polled through the batch endpoint: every execution polled,
-    its progress stored, with fewer HTTP requests than executions polled."""
+    """50 executions made through the API (run requests, as a user makes them) polled
+    every second: each run request made one execution, both pollers make polls, ecron
+    stores the progress the service reported, and the ratios to the plain poller are
+    printed. In the batch run the same 50 are polled through the batch endpoint: every
+    execution polled, its progress stored, with fewer HTTP requests than executions polled."""
     figures = run_bench("polls", "--executions", "50", "--duration", "2", "--settle", "0.5")
+    assert figures["params"]["seed"] == "api"
     for side in ("ecron", "baseline", "ecron_batch"):
         run = figures[side]
         assert run["polled_at_start"] == 50, run
         assert run["polls"] > 0, run
         assert run["cpu_us_per_poll"] is not None and run["kib_per_execution"] is not None
     for side in ("ecron", "ecron_batch"):
-        assert figures[side]["progress_persisted"], figures[side]
+        run = figures[side]
+        assert run["seeding"] == "api", run
+        assert run["seed_runs_created"] == run["seed_runs_distinct_ids"] == 50, run
+        assert run["seed_other_answers"] == {}, run
+        assert run["progress_persisted"], run
     assert figures["ecron"]["requests_per_s"] == figures["ecron"]["polls_per_s"]
     batched = figures["ecron_batch"]
     assert 0 < batched["requests_per_s"] < batched["polls_per_s"], batched
     assert set(figures["ratio"]) == {"polls_per_s", "cpu_us_per_poll", "kib_per_execution"}
     assert set(figures["batch_ratio"]) == {"polls_per_s", "cpu_us_per_poll"}
+
+
+def test_polls_can_still_seed_rows_into_the_database_for_the_daemon_to_adopt() -> None:
+    """``--seed db``, the labelled extra: 20 RUNNING rows written into the database (their
+    next poll left unset) are adopted and polled, and the JSON line says how they were made."""
+    figures = run_bench(
+        "polls",
+        *("--seed", "db", "--executions", "20", "--duration", "1", "--settle", "0.5"),
+        "--no-batch",
+    )
+    assert figures["params"]["seed"] == "db"
+    run = figures["ecron"]
+    assert run["seeding"] == "db" and run["polled_at_start"] == 20, run
+    assert run["progress_persisted"], run
+
+
+def test_runs_creates_each_run_once_and_measures_both_phases_and_the_fires() -> None:
+    """300 runs through the API in each phase: each answered 202 with its own execution and
+    triggered once; the fire phase's 40 fire times all triggered; the ceiling phase's reads
+    all answered, and /readyz's body and the saturation metrics recorded."""
+    figures = run_bench(
+        "runs",
+        *("--runs", "300", "--edge", "50", "--settle", "0.5"),
+        *("--fire-tasks", "20", "--fire-duration", "2", "--fire-warmup", "1", "--fire-drain", "1"),
+        *("--duration", "20", "--hold", "2"),
+    )
+    idle, ceiling, fires = (
+        figures["ecron"]["idle"],
+        figures["ecron"]["ceiling"],
+        figures["baseline"],
+    )
+    for run in (idle, ceiling):
+        assert run["runs_created"] == run["runs_distinct_ids"] == 300, run
+        assert run["other_answers"] == {} and run["trigger_duplicates"] == 0, run
+        assert run["run_ms_p99"] is not None and run["cpu_percent"] >= 0, run
+    assert idle["triggers_received"] == 300 and idle["all_triggered"], idle
+    assert idle["in_flight_end"] == 300, idle
+    for key in ("runs_per_s", "runs_per_s_first", "runs_per_s_last", "cpu_us_per_run"):
+        assert idle[key] is not None, (key, idle)
+    assert fires["expected"] == fires["triggered"] == 40 and fires["duplicates"] == 0, fires
+    assert fires["cpu_us_per_fire"] is not None, fires
+    assert ceiling["triggered"] == ceiling["service_running_end"] == 300, ceiling
+    assert ceiling["reads"] > 0 and ceiling["reads_unanswered"] == 0, ceiling
+    assert ceiling["readyz"]["status"] == 200 and ceiling["readyz"]["body"], ceiling
+    assert isinstance(ceiling["metrics"], list), ceiling
+    for key in ("polls_per_s", "gap_max_s", "gap_max_over_even", "unpolled_over_3_intervals"):
+        assert key in ceiling, key
+    assert set(figures["ratio"]) == {"runs_per_s_over_fires_per_s", "cpu_per_run_over_cpu_per_fire"}
+    assert figures["daemon"]["daemons_started"] == 3
 
 
 def test_lifecycle_counts_statements_and_transactions_per_execution() -> None:
