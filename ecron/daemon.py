@@ -193,6 +193,7 @@ class Daemon:
             metrics=self.metrics,
             last_tick=lambda: scheduler.last_tick,
             readiness=self._readiness(),
+            load=self.engine.load,
         )
         runner = web.AppRunner(make_app(ctx), access_log=None)
         await runner.setup()

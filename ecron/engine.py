@@ -94,6 +94,7 @@ class Engine:
             clock=clock, workers=workers, metrics=self.metrics, room_for_claims=scheduler_wakeup
         )
         self.metrics.track_in_flight(lambda: len(self.held))
+        self.metrics.track_load(self.load)
         #: Makes the calls and records what they said.
         self.performer = Performer(recorder=recorder, caller=caller, clock=clock)
         #: Runs people asked for, waiting for their start decision.
@@ -118,6 +119,20 @@ class Engine:
     def wake(self) -> None:
         """Look at the timetable now (the clock may have moved)."""
         self.executor.wake()
+
+    def load(self) -> dict[str, Any]:
+        """How loaded this node is (``/readyz``'s body, the metrics): ``saturated`` while
+        due polls wait over a second for a worker (past the polling ceiling: polls stretch
+        evenly, the API keeps its share), how long the oldest has waited, how many wait,
+        and how many polls may be out at once now."""
+        now = self.clock.now()
+        executor = self.executor
+        return {
+            "saturated": executor.saturated(now),
+            "poll_delay_seconds": round(executor.oldest_poll_wait(now).total_seconds(), 3),
+            "polls_waiting": executor.backlog_of_polls,
+            "poll_pace": executor.pace.limit,
+        }
 
     def hold(self, executions: Iterable[Execution]) -> None:
         """Take executions this node claimed (fire times, retries, chained runs): each starts

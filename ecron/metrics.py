@@ -11,6 +11,7 @@ import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import accumulate
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import (
@@ -171,6 +172,12 @@ class Metrics:
     def track_in_flight(self, count: Callable[[], int]) -> None:
         """Read the in-flight gauge from ``count`` at each scrape."""
         self.in_flight.set_function(lambda: float(count()))
+
+    def track_load(self, load: Callable[[], Mapping[str, Any]]) -> None:
+        """Read ``ecron_node_saturated`` and ``ecron_poll_delay_seconds`` from ``load`` (the
+        engine's) at each scrape."""
+        self.saturated.set_function(lambda: float(bool(load()["saturated"])))
+        self.poll_delay.set_function(lambda: float(load()["poll_delay_seconds"]))
 
     def exposition(self) -> bytes:
         """The text format for ``/metrics``."""

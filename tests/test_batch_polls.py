@@ -302,3 +302,32 @@ async def test_the_poll_that_settles_an_unknown_trigger_outcome_goes_through_the
     assert [call.ids for call in batch.calls] == [[eid]]
     assert batch.service.starts == {eid: 1}
     assert batch.per_id_polls == 0
+
+
+async def test_twenty_executions_started_over_a_second_are_polled_in_one_call_per_interval(
+    database_url: str, batch: BatchService
+) -> None:
+    """PROTOCOL.md: "the executions of one task that ecron holds are polled together: once
+    per poll_interval, one call asks about all of them that are running, whenever each was
+    started". poll_interval 500 ms; 20 runs started 50 ms apart over a second (of the
+    test's clock). Each one's first poll joins its task's next batch, never later than its
+    own interval (up to one interval early); once all have started, every interval makes
+    exactly one call, about all 20."""
+    spec = batch_task(batch, poll_interval="500ms")
+    step, interval = timedelta(milliseconds=50), timedelta(milliseconds=500)
+    async with rig(database_url, [spec], T0) as r:
+        eids = []
+        for n in range(20):
+            await r.start_due(T0 + n * step)
+            eids += await started(r, 1)
+        all_started = r.clock.now()
+        while_starting = len(batch.calls)  # 950 ms: under two intervals
+        rounds = []
+        for n in range(1, 7):
+            before = len(batch.calls)
+            await r.start_due(all_started + n * interval)
+            rounds.append(batch.calls[before:])
+    assert while_starting == 1  # the first batch, at 500 ms, of those started by then
+    assert all(len(calls) == 1 for calls in rounds), [len(calls) for calls in rounds]
+    assert all(sorted(calls[0].ids) == sorted(eids) for calls in rounds)
+    assert batch.per_id_polls == 0

@@ -208,8 +208,15 @@ TABLE = [
         "a poll that failed unexpectedly is made again later",
         RUNNING,
         Broke(Poll(NOW)),
-        POLLED,
+        Cadence(timedelta(minutes=1), False, timedelta(minutes=5), 30 * SECOND),
         Poll(NOW + RETRY_AFTER_ERROR),
+    ),
+    Row(
+        "... or at its own cadence when that is sooner (its answer could not be recorded)",
+        RUNNING,
+        Broke(Poll(NOW, after_takeover=True)),
+        Cadence(SECOND, False, timedelta(minutes=5), 30 * SECOND),
+        Poll(NOW + SECOND, after_takeover=True),
     ),
     # -- pushed calls
     Row(

@@ -7,6 +7,7 @@ remaining tasks fire on time again. Latencies are measured and printed, not asse
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections import Counter
 from datetime import UTC, datetime
@@ -15,6 +16,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from ecron.config.model import Config, DaemonSettings, TaskSpec
 from ecron.core import Execution, Reason, Status
@@ -192,3 +194,95 @@ def claims_made(r: Rig) -> int:
 async def all_executions(r: Rig, tasks: int) -> list[Execution]:
     """Every execution of tasks ``t0`` .. ``t{tasks-1}``, fire times claimed ahead too."""
     return [e for n in range(tasks) for e in await r.executions(f"t{n}")]
+
+
+#: Past the polling ceiling: two workers, and a service that answers each poll after
+#: 100 ms, can send about 20 polls a second; 90 executions polled every 2 s want 45.
+CEILING_WORKERS, POLL_ANSWER_AFTER, POLLED_EVERY, IN_FLIGHT = 2, 0.1, 2.0, 90
+
+
+async def slow_polls(request: web.Request) -> web.StreamResponse | None:
+    """The user service answers polls only after ``POLL_ANSWER_AFTER``."""
+    if request.method == "GET":
+        await asyncio.sleep(POLL_ANSWER_AFTER)
+    return None
+
+
+@pytest.mark.timeout(90)
+async def test_past_the_polling_ceiling_the_api_answers_and_every_execution_is_still_polled(
+    tmp_path: Path, user_service: UserService
+) -> None:
+    """90 executions created through the API, polled every 2 s, on a node that can send
+    about 20 polls a second (2.25 times its ceiling): /readyz stays 200 and says the node is
+    saturated; run requests made meanwhile are each answered 202 within a second, and their
+    triggers go out ahead of the waiting polls; and no execution goes unpolled for more than
+    three of its intervals: the polls stretch evenly (oldest due first)."""
+    user_service.duration = 3600
+    user_service.behaviour = slow_polls
+    url = f"{user_service.url}/jobs/x"
+    common = {"concurrency": "allow", "task_timeout": "1h"}
+    specs = {
+        "long": task("long", url, poll_interval=f"{POLLED_EVERY:g}s", **common),
+        "quick": task("quick", url, poll_interval="1h", **common),
+    }
+    settings = DaemonSettings(
+        database=f"sqlite+aiosqlite:///{tmp_path / 'ecron.db'}",
+        listen="127.0.0.1:0",
+        tick="100ms",
+        poll_workers=CEILING_WORKERS,
+    )
+    config = Config(directory=str(tmp_path), daemon=settings, tasks=specs)
+    async with Daemon(config) as daemon, aiohttp.ClientSession() as session:
+        api = f"http://127.0.0.1:{daemon.port}"
+        long_runs = [await run(session, api, "long") for _ in range(IN_FLIGHT)]
+        await wait_for(lambda: ready_body(session, api, saturated=True), timeout=30)
+        watched_from = time.monotonic()
+        latencies, quick_runs = [], []
+        for _ in range(10):
+            started = time.monotonic()
+            quick_runs.append(await run(session, api, "quick"))
+            latencies.append(time.monotonic() - started)
+        body = await ready_body(session, api, saturated=True)
+        await wait_for(lambda: polled_twice_since(user_service, long_runs, watched_from), 30)
+        gaps = poll_gaps(user_service, long_runs, watched_from)
+    print(f"run latencies: {[round(s, 3) for s in latencies]}; readyz: {body}")
+    print(f"largest gap between two polls of one execution: {max(gaps):.2f} s")
+    assert body and body["saturated"] is True and body["polls_waiting"] > 0
+    assert max(latencies) < 1.0, latencies
+    assert all(user_service.calls_for(eid, "POST") for eid in quick_runs)
+    assert max(gaps) <= 3 * POLLED_EVERY, sorted(gaps)[-5:]
+
+
+async def run(session: aiohttp.ClientSession, api: str, task_name: str) -> str:
+    """A run of ``task_name`` through the API (answered 202); its eid."""
+    async with session.post(f"{api}/api/v1/tasks/{task_name}/run") as response:
+        assert response.status == 202, await response.text()
+        eid: str = (await response.json())["id"]
+        return eid
+
+
+async def ready_body(
+    session: aiohttp.ClientSession, api: str, *, saturated: bool
+) -> dict[str, Any] | None:
+    """``/readyz``'s body when it answers 200 and says ``saturated`` as asked; else None."""
+    async with session.get(f"{api}/readyz") as response:
+        body: dict[str, Any] = await response.json()
+        assert response.status == 200, body
+        return body if body.get("saturated") is saturated else None
+
+
+def polled_twice_since(service: UserService, eids: list[str], since: float) -> bool:
+    """True once every execution in ``eids`` was polled at least twice after ``since``."""
+    return all(
+        sum(1 for call in service.calls_for(eid, "GET") if call.at >= since) >= 2 for eid in eids
+    )
+
+
+def poll_gaps(service: UserService, eids: list[str], since: float) -> list[float]:
+    """For each execution, the longest time between two of its polls, counted from
+    ``since`` (the first gap runs from ``since`` to its first poll after it)."""
+    gaps = []
+    for eid in eids:
+        times = [since, *(call.at for call in service.calls_for(eid, "GET") if call.at >= since)]
+        gaps.append(max(b - a for a, b in itertools.pairwise(times)))
+    return gaps

@@ -3,7 +3,7 @@ answer. Handlers import this, and the application (``app.py``) imports the handl
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -31,6 +31,8 @@ class ApiContext:
     metrics: Metrics
     #: When the scheduler's loop last went round (readiness), None before its first round.
     last_tick: Callable[[], datetime | None]
+    #: How loaded the node is (``Engine.load``): shown in ``/readyz``'s body, never failing it.
+    load: Callable[[], Mapping[str, Any]]
     #: Further readiness checks (the queue's, when required): each says what is wrong, or
     #: None.
     readiness: tuple[Callable[[], str | None], ...] = ()

@@ -19,7 +19,8 @@ async def healthz(request: web.Request) -> web.Response:
 @routes.get("/readyz")
 async def readyz(request: web.Request) -> web.Response:
     """The database answers, the scheduler loop went round recently, and each further
-    check (the queue, when required) finds nothing wrong."""
+    check (the queue, when required) finds nothing wrong; the body also says how loaded the
+    node is (``saturated``, ``poll_delay_seconds``, ...), which never makes it unready."""
     ctx = context(request)
     problems = []
     try:
@@ -31,9 +32,11 @@ async def readyz(request: web.Request) -> web.Response:
     if last is None or ctx.clock.now() - last > bound:
         problems.append("scheduler: the loop has not gone round recently")
     problems += [problem for check in ctx.readiness if (problem := check()) is not None]
+    load = dict(ctx.load())
     if problems:
-        return web.json_response({"status": "unready", "problems": problems}, status=503)
-    return web.json_response({"status": "ready", "node": ctx.node_id})
+        return web.json_response({"status": "unready", "problems": problems, **load}, status=503)
+    # A saturated node is still ready: it answers, and its polls stretch evenly.
+    return web.json_response({"status": "ready", "node": ctx.node_id, **load})
 
 
 @routes.get("/metrics")

@@ -197,14 +197,28 @@ class Alive(Answer):
     node: str
 
 
-class Ready(Answer):
+class Load(Answer):
+    """How loaded the node is; it never makes the node unready."""
+
+    saturated: bool = Field(
+        description="true while due polls wait over a second for a worker: the node is past "
+        "its polling ceiling, polls stretch evenly across executions, the API still answers"
+    )
+    poll_delay_seconds: float = Field(description="how long the oldest due poll has waited")
+    polls_waiting: int = Field(description="due poll jobs waiting for a worker")
+    poll_pace: int = Field(
+        description="how many polls may be out at once (fewer while the event loop runs late)"
+    )
+
+
+class Ready(Load):
     """The database answers and the scheduler loop went round recently."""
 
     status: Literal["ready"]
     node: str
 
 
-class Unready(Answer):
+class Unready(Load):
     """One text per failed check."""
 
     status: Literal["unready"]

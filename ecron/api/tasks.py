@@ -11,7 +11,7 @@ from ecron.api.executions import snapshot, snapshots
 from ecron.clock import iso
 from ecron.errors import NotFound
 from ecron.planning import upcoming_fire_times
-from ecron.snapshots import task_snapshot
+from ecron.snapshots import execution_snapshot, task_snapshot
 from ecron.store.base import TaskState
 
 routes = web.RouteTableDef()
@@ -79,14 +79,24 @@ async def upcoming(request: web.Request) -> web.Response:
 
 @routes.post("/api/v1/tasks/{name}/run")
 async def run_task(request: web.Request) -> web.Response:
-    """Start the task now: 202 and the new execution; under ``concurrency: forbid`` with one
-    active, 200 and that one (nothing new starts). The trigger leaves in the background."""
+    """Start the task now: 202 and the new execution, once its row is durable; under
+    ``concurrency: forbid`` with one active, 200 and that one (nothing new starts). The
+    trigger leaves in the background.
+
+    A task in this node's config is not read from the database (the config is what the
+    task table follows: it is not retired), and the new execution's snapshot is made from
+    what the start wrote: a run just started has no resume, no chained runs and no ETA
+    yet. Concurrent requests share one start transaction (``ecron.starts``)."""
     await ignore_body(request)
-    task = await _task(request)
-    if not context(request).commands.knows(task.name):
+    commands = context(request).commands
+    name = request.match_info["name"]
+    if not commands.knows(name):
+        task = await _task(request)  # a retired or unknown task: 404, said precisely
         raise NotFound(f"task {task.name!r} is not in this node's config")
-    execution, created = await context(request).commands.run_now(task.name)
-    return web.json_response(await snapshot(request, execution), status=202 if created else 200)
+    execution, created = await commands.run_now(name)
+    if created:
+        return web.json_response(execution_snapshot(execution), status=202)
+    return web.json_response(await snapshot(request, execution), status=200)
 
 
 @routes.post("/api/v1/tasks/{name}/pause")

@@ -195,6 +195,10 @@ def next_action(
     match occasion:
         case Due(action):
             return action  # the checks passed: its call is made now
+        case Broke(Poll() as action):
+            # a poll that could not be recorded (the database away, say) is asked again at
+            # its own cadence when that is sooner: nothing is lost, only a poll repeated
+            return _later(action, now + min(RETRY_AFTER_ERROR, cadence.poll_interval))
         case Broke(action):
             return _later(action, now + RETRY_AFTER_ERROR)
     return _follow(execution, now, cadence, occasion)

@@ -36,6 +36,9 @@ from ecron.metrics import Metrics
 DISPATCH_WINDOW = timedelta(milliseconds=20)
 #: The most ids one batch poll asks about (PROTOCOL.md).
 BATCH_LIMIT = 100
+#: A due poll that waits longer than this for a worker means the node is past its polling
+#: ceiling: it is saturated (its polls stretch evenly, the API still answers).
+SATURATED_AFTER = timedelta(seconds=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +90,8 @@ class Executor:
         #: Due jobs not handed out yet: triggers, cancels and listens first, then polls.
         self._urgent: deque[Job] = deque()
         self._polls: deque[Job] = deque()
-        self._handoff: asyncio.Queue[Job] = asyncio.Queue(max(1, workers // 4))
+        #: Jobs handed out and not taken yet (never more than the idle workers).
+        self._handoff: asyncio.Queue[Job] = asyncio.Queue()
         self._wake = asyncio.Event()
         #: Set while fewer triggers, cancels and listens wait than there are workers.
         self._urgent_room = asyncio.Event()
@@ -189,6 +193,10 @@ class Executor:
             return timedelta(0)
         return max(timedelta(0), now - min(self._polls[0].due))
 
+    def saturated(self, now: datetime) -> bool:
+        """True while due polls wait longer than ``SATURATED_AFTER`` for a worker."""
+        return self.oldest_poll_wait(now) > SATURATED_AFTER
+
     async def dispatch(self, stopping: asyncio.Event) -> None:
         """Move due plans to the workers, urgent ones first, polls at the pace; until
         ``stopping`` is set."""
@@ -206,7 +214,7 @@ class Executor:
 
     def _next_delay(self) -> float | None:
         if self._urgent or (self._polls and self._polls_out < self.pace.limit):
-            if self._handoff.full() or self._busy + self._handoff.qsize() >= self.workers:
+            if self._busy >= self.workers:
                 return None  # every worker is busy: a finished job wakes the dispatcher
             return 0.0
         earliest = [h[0][0] for h in (self._starts, self._calls, self._batch_times) if h]
@@ -215,7 +223,9 @@ class Executor:
         return max(0.0, (min(earliest) - self.clock.now()).total_seconds())
 
     def _hand_out(self) -> None:
-        while self._busy + self._handoff.qsize() < self.workers and not self._handoff.full():
+        """Hand due jobs to the workers, as many as are not busy (``_busy`` counts the jobs
+        handed out, taken or not), urgent ones first, polls at the pace."""
+        while self._busy < self.workers:
             if self._urgent:
                 job = self._live(self._urgent.popleft())
                 if len(self._urgent) < self.workers:

@@ -27,6 +27,7 @@ def api_context(daemon: Daemon) -> ApiContext:
         callback_secret=daemon.callback_secret,
         metrics=daemon.metrics,
         last_tick=lambda: daemon.scheduler.last_tick,
+        load=daemon.engine.load,
     )
 
 
