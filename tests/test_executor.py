@@ -1,0 +1,86 @@
+"""The executor's mechanism, on its own (no database, no HTTP): the timetable hands a due
+plan out once, the newest plan of an eid wins, triggers go before polls, and polls go out
+at the pace; the pace itself follows how busy the loop is. Time is the injected clock's."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+from ecron.clock import Wakeup
+from ecron.core.next import Poll, Start, Trigger
+from ecron.executor.pace import BUSY_HIGH, BUSY_LOW, LAG_HIGH, PollPace
+from ecron.executor.runner import Executor, Job
+from ecron.metrics import Metrics
+from tests.support.rig import FakeClock
+
+T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+SECOND = timedelta(seconds=1)
+
+
+async def handed_out(executor: Executor, count: int) -> list[Job]:
+    """The next ``count`` jobs the dispatcher hands out (taken as a worker would)."""
+    return [await asyncio.wait_for(executor.take(), timeout=5) for _ in range(count)]
+
+
+async def test_due_triggers_go_before_due_polls_and_polls_go_at_the_pace() -> None:
+    """Two workers; three polls due, then a trigger due: the trigger is handed out before
+    the polls that were due first, and with the pace at one, a single poll is out at once
+    (the next one once it is done)."""
+    clock = FakeClock(T0)
+    executor = Executor(clock=clock, workers=2, metrics=Metrics(), room_for_claims=Wakeup())
+    executor.pace.limit = 1
+    for n in range(3):
+        executor.plan(f"p{n}", Poll(T0))
+    executor.plan("t", Trigger(T0))
+    stopping = asyncio.Event()
+    dispatcher = asyncio.create_task(executor.dispatch(stopping))
+    try:
+        first, second = await handed_out(executor, 2)
+        assert [first.actions[0][0], second.actions[0][0]] == ["t", "p0"]
+        assert executor.backlog_of_polls == 2  # the pace holds the others back
+        executor.done(second)
+        (third,) = await handed_out(executor, 1)
+        assert third.actions[0][0] == "p1"
+    finally:
+        stopping.set()
+        executor.wake()
+        await dispatcher
+
+
+async def test_the_newest_plan_of_an_eid_wins_and_nothing_is_due_before_its_time() -> None:
+    """A poll planned at +1 s, then replaced by one at +2 s: at +1 s nothing is handed out;
+    at +2 s the one poll is. A start goes to the starts' backlog, not to the workers."""
+    clock = FakeClock(T0)
+    executor = Executor(clock=clock, workers=2, metrics=Metrics(), room_for_claims=Wakeup())
+    executor.plan("e", Poll(T0 + SECOND))
+    executor.plan("e", Poll(T0 + 2 * SECOND))
+    executor.plan("s", Start(T0 + SECOND))
+    stopping = asyncio.Event()
+    dispatcher = asyncio.create_task(executor.dispatch(stopping))
+    try:
+        clock.set(T0 + SECOND)
+        assert await asyncio.wait_for(executor.backlog.take(), timeout=5) == ["s"]
+        assert executor.idle and executor.planned("e")  # its poll is not due before +2 s
+        clock.set(T0 + 2 * SECOND)
+        (job,) = await handed_out(executor, 1)
+        assert job.actions == (("e", Poll(T0 + 2 * SECOND)),)
+        assert not executor.planned("e")
+    finally:
+        stopping.set()
+        executor.wake()
+        await dispatcher
+
+
+def test_the_pace_is_cut_while_the_loop_is_busy_and_grows_back_when_it_is_not() -> None:
+    """100 workers: busy samples cut the pace (never below its floor), a late loop cuts it
+    too, and idle ones raise it again by a twentieth of the workers, up to all of them."""
+    pace = PollPace(100, Metrics())
+    for _ in range(60):
+        pace.observe(BUSY_HIGH + 0.1, 0.0)
+    assert pace.limit == pace.floor == 5
+    for _ in range(40):
+        pace.observe(0.0, 0.0)
+    assert pace.limit == 100
+    pace.observe(BUSY_LOW - 0.5, LAG_HIGH * 2)
+    assert pace.limit == 90
