@@ -194,6 +194,7 @@ class Daemon:
             last_tick=lambda: scheduler.last_tick,
             readiness=self._readiness(),
             load=self.engine.load,
+            answered=self.engine.executor.pace.answered,
         )
         runner = web.AppRunner(make_app(ctx), access_log=None)
         await runner.setup()

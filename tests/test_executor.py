@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from ecron.clock import Wakeup
 from ecron.core.next import Poll, Start, Trigger
-from ecron.executor.pace import BUSY_HIGH, BUSY_LOW, LAG_HIGH, PollPace
+from ecron.executor.pace import API_SLOW, BUSY_HIGH, LAG_HIGH, LAG_LOW, PollPace
 from ecron.executor.runner import Executor, Job
 from ecron.metrics import Metrics
 from tests.support.rig import FakeClock
@@ -72,15 +72,25 @@ async def test_the_newest_plan_of_an_eid_wins_and_nothing_is_due_before_its_time
         await dispatcher
 
 
-def test_the_pace_is_cut_while_the_loop_is_busy_and_grows_back_when_it_is_not() -> None:
-    """100 workers: busy samples cut the pace (never below its floor), a late loop cuts it
-    too, and idle ones raise it again by a twentieth of the workers, up to all of them."""
+def test_while_the_api_is_asked_the_pace_is_cut_on_a_busy_node_and_grows_back_when_idle() -> None:
+    """100 workers, the API asked: busy samples cut the pace (never below its floor); quiet
+    ones raise it again by a twentieth of the workers, up to all of them. With the API not
+    asked, a busy node is not held back (it polls as fast as it can); a late loop always
+    cuts the pace."""
     pace = PollPace(100, Metrics())
-    for _ in range(60):
-        pace.observe(BUSY_HIGH + 0.1, 0.0)
+    for n in range(60):
+        pace.answered(0.01, now=float(n))
+        pace.observe(BUSY_HIGH + 0.1, 0.0, now=float(n))
     assert pace.limit == pace.floor == 5
-    for _ in range(40):
-        pace.observe(0.0, 0.0)
+    for n in range(60, 110):
+        pace.answered(0.01, now=float(n))
+        pace.observe(0.0, LAG_LOW / 2, now=float(n))
     assert pace.limit == 100
-    pace.observe(BUSY_LOW - 0.5, LAG_HIGH * 2)
+    for n in range(200, 260):  # nobody asks: busy all the same, not held back
+        pace.observe(1.0, LAG_LOW / 2, now=float(n))
+    assert pace.limit == 100
+    pace.observe(0.0, LAG_HIGH * 2, now=300.0)
     assert pace.limit == 90
+    pace.answered(API_SLOW * 2, now=300.4)  # a slow answer cuts it too
+    pace.observe(0.0, 0.0, now=300.5)
+    assert pace.limit == 81

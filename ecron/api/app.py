@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -75,10 +76,28 @@ def _is_open(request: web.Request) -> bool:
     )
 
 
+def timing_middleware(answered: Callable[[float], None]) -> Any:
+    """Tell the node how long each request took (it paces its polls by it)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.monotonic()
+        try:
+            return await handler(request)
+        finally:
+            answered(time.monotonic() - started)
+
+    return middleware
+
+
 def make_app(ctx: ApiContext) -> web.Application:
     """The whole web application, wired to the daemon's parts."""
     app = web.Application(
-        middlewares=[errors_middleware, auth_middleware(ctx.settings.api_token)],
+        middlewares=[
+            timing_middleware(ctx.answered),
+            errors_middleware,
+            auth_middleware(ctx.settings.api_token),
+        ],
         client_max_size=1024 * 1024,
     )
     app[CONTEXT] = ctx

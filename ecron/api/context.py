@@ -33,6 +33,9 @@ class ApiContext:
     last_tick: Callable[[], datetime | None]
     #: How loaded the node is (``Engine.load``): shown in ``/readyz``'s body, never failing it.
     load: Callable[[], Mapping[str, Any]]
+    #: Told how long each request took to answer: the node sends fewer polls at once while
+    #: its API answers slowly (``executor.pace``).
+    answered: Callable[[float], None]
     #: Further readiness checks (the queue's, when required): each says what is wrong, or
     #: None.
     readiness: tuple[Callable[[], str | None], ...] = ()

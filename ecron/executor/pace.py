@@ -1,23 +1,27 @@
-"""How many polls a node sends at once: every worker while its event loop has time to
-spare, fewer while it is (nearly) always busy. A node past its polling ceiling otherwise
-fills its loop with poll answers, and the API, callbacks and claims wait behind them (the
-API starves), and so do the database's threads (SQLite's run in the process). Two readings
-say that the loop is full, whatever the machine and the load: the share of the time spent on
-the CPU (by the loop's thread; or by the whole process over the cores it may run on, less a
-tenth for the database's threads, whichever is higher), smoothed over about half a second,
-and how late a timer of the loop fires (its lag).
+"""How many polls a node sends at once: every worker while nobody else needs the node, fewer
+while people (the API, callbacks included) are asking and the node is (nearly) always busy.
+A node past its polling ceiling otherwise fills its event loop, and the threads the
+database works in (SQLite's, in the process), with polls, and every request waits behind
+them: the API starves. With nobody asking, a node polls as fast as it can.
 
-The rule is additive increase, multiplicative decrease (as TCP's congestion window): a busy
-share over ``BUSY_HIGH``, or a lag over ``LAG_HIGH``, cuts the pace by ``CUT``; a busy share
-under ``BUSY_LOW`` with a lag under ``LAG_LOW`` raises it by a twentieth of the workers, up to
-all of them; it never goes below ``FLOOR_SHARE`` of them (work that is not polls may keep
-the node busy too, and polls must go on). Polls that are not sent at once wait in due order
-(the oldest first), so every execution's interval stretches by the same delay and none is
-starved. Triggers and cancels are never held back.
+Three readings, whatever the machine and the load: whether the API was asked anything in
+the last ``ASKED_WITHIN`` (a middleware tells ``answered``, with how long each request took);
+the share of the time spent on the CPU, smoothed over about half a second (by the loop's
+thread, or by the whole process over the cores it may run on less a tenth for the
+database's threads, whichever is higher); and how late a timer of the loop fires (its lag).
+
+The rule is additive increase, multiplicative decrease (as TCP's congestion window): every
+``SAMPLE_EVERY``, a lag over ``LAG_HIGH`` or, while the API is asked, a busy share over
+``BUSY_HIGH`` or a request slower than ``API_SLOW`` cuts the pace by ``CUT``; a lag under
+``LAG_LOW`` with the API idle, or quick on a node under ``BUSY_LOW``, raises it by a twentieth
+of the workers, up to all of them; it never goes below ``FLOOR_SHARE`` of them, so polls
+always go on. Polls that are not sent at once wait in due order (the oldest first), so every
+execution's interval stretches by the same delay and none is starved. Triggers and cancels
+are never held back.
 
 Measured (docs/performance.md, "Past the polling ceiling"): on one core with 6,000 jobs
-polled every second, the pace that keeps the loop's thread about 80 % busy is what keeps run
-requests and reads under 250 ms at p99; all the workers at once put them at 300-600 ms."""
+polled every second and 16 clients asking for runs, all the workers at once put run
+requests and reads at 300-600 ms at p99; paced, about 100 ms."""
 
 from __future__ import annotations
 
@@ -27,27 +31,29 @@ import time
 
 from ecron.metrics import Metrics
 
-#: How often the loop is sampled (seconds of the event loop's own clock: this measures the
-#: loop, not a rule of the schedule).
+#: How often the pace is set again (seconds of the event loop's own clock: this measures
+#: the loop, not a rule of the schedule).
 SAMPLE_EVERY = 0.1
-#: The share of the time the loop's thread may spend on the CPU before fewer polls go out
-#: at once (the rest is the control plane's: the API, callbacks, claims), and below which
-#: more do.
+#: The API counts as asked for this long (seconds) after its last request.
+ASKED_WITHIN = 1.0
+#: A request answered slower than this (seconds) cuts the pace.
+API_SLOW = 0.1
+#: The busy share above which the pace is cut while the API is asked, and below which it
+#: may grow again.
 BUSY_HIGH = 0.85
 BUSY_LOW = 0.75
+#: The share of the cores the database's threads may use on top of the loop's before the
+#: process counts as busy.
+DATABASE_ALLOWANCE = 0.1
+#: How much of the busy share each sample moves it by (a moving average over about half a
+#: second: one busy moment does not cut the pace).
+SMOOTHING = 0.3
 #: Lag (seconds) of the loop above which fewer polls go out at once, and below which more do.
 LAG_HIGH = 0.02
 LAG_LOW = 0.005
 #: What a busy sample multiplies the pace by.
 CUT = 0.9
-#: The share of the cores the database's threads may use on top of the loop's before the
-#: process counts as busy (SQLite works in threads of the process; PostgreSQL does not).
-DATABASE_ALLOWANCE = 0.1
-#: How much of the busy share each sample moves it by (a moving average over about half a
-#: second: one busy moment does not cut the pace).
-SMOOTHING = 0.3
-#: The pace never goes below this share of the workers (at least 2): work that is not
-#: polls may keep the node busy too, and polls must still go on.
+#: The pace never goes below this share of the workers (at least 2).
 FLOOR_SHARE = 0.05
 
 
@@ -58,19 +64,32 @@ class PollPace:
         self.workers = workers
         self.limit = workers
         self.floor = min(workers, max(2, int(workers * FLOOR_SHARE)))
-        #: The last sample: the loop thread's busy share, and its lag in seconds.
+        #: The last readings: the busy share (smoothed), the lag (seconds).
         self.busy = 0.0
         self.lag = 0.0
+        #: When the API was last asked (``time.monotonic``), and its slowest answer since
+        #: the last sample.
+        self._asked_at = float("-inf")
+        self._slowest = 0.0
         self._gauge = metrics.poll_pace
         self._gauge.set(workers)
 
-    def observe(self, busy: float, lag: float) -> None:
-        """One sample of the loop (its thread's busy share, its lag): adjust the pace."""
-        busy = self.busy + SMOOTHING * (busy - self.busy)
-        self.busy, self.lag = busy, lag
-        if busy > BUSY_HIGH or lag > LAG_HIGH:
+    def answered(self, seconds: float, now: float | None = None) -> None:
+        """A request of the API took ``seconds`` to answer (``now``: ``time.monotonic``)."""
+        self._asked_at = time.monotonic() if now is None else now
+        self._slowest = max(self._slowest, seconds)
+
+    def observe(self, busy: float, lag: float, now: float) -> None:
+        """One sample (the busy share, the lag in seconds, ``time.monotonic`` now): set the
+        pace again."""
+        self.busy += SMOOTHING * (busy - self.busy)
+        self.lag = lag
+        asked = now - self._asked_at < ASKED_WITHIN
+        slow, self._slowest = self._slowest > API_SLOW, 0.0
+        pressed = asked and (slow or self.busy > BUSY_HIGH)
+        if lag > LAG_HIGH or pressed:
             limit = max(self.floor, int(self.limit * CUT))
-        elif busy < BUSY_LOW and lag < LAG_LOW:
+        elif lag < LAG_LOW and (not asked or self.busy < BUSY_LOW):
             limit = min(self.workers, self.limit + max(1, self.workers // 20))
         else:
             return
@@ -79,8 +98,8 @@ class PollPace:
             self._gauge.set(limit)
 
     async def run(self, stopping: asyncio.Event) -> None:
-        """Sample the loop every ``SAMPLE_EVERY`` until ``stopping`` is set (run on the
-        loop's own thread: ``thread_time`` is that thread's CPU time)."""
+        """Sample every ``SAMPLE_EVERY`` until ``stopping`` is set (run on the loop's own
+        thread: ``thread_time`` is that thread's CPU time)."""
         loop = asyncio.get_running_loop()
         cores = _cores()
         while not stopping.is_set():
@@ -93,7 +112,7 @@ class PollPace:
                 (time.thread_time() - thread) / elapsed,
                 (time.process_time() - process) / elapsed / cores - DATABASE_ALLOWANCE,
             )
-            self.observe(busy, max(0.0, elapsed - SAMPLE_EVERY))
+            self.observe(busy, max(0.0, elapsed - SAMPLE_EVERY), time.monotonic())
 
 
 def _cores() -> int:

@@ -36,6 +36,9 @@ from ecron.metrics import Metrics
 DISPATCH_WINDOW = timedelta(milliseconds=20)
 #: The most ids one batch poll asks about (PROTOCOL.md).
 BATCH_LIMIT = 100
+#: While polls wait and workers are idle (the pace holds them back), the dispatcher looks
+#: again this often (seconds) whether the pace lets more go.
+PACE_LOOK = 0.1
 #: A due poll that waits longer than this for a worker means the node is past its polling
 #: ceiling: it is saturated (its polls stretch evenly, the API still answers).
 SATURATED_AFTER = timedelta(seconds=1)
@@ -102,6 +105,8 @@ class Executor:
         self.pace = PollPace(workers, metrics)
         self._busy = 0
         self._polls_out = 0
+        #: Workers waiting for the dispatcher to hand them a job.
+        self._idle_workers = 0
         self._lateness = metrics.poll_lateness
 
     # -- planning -------------------------------------------------------------------------
@@ -161,15 +166,23 @@ class Executor:
     # -- handing out ----------------------------------------------------------------------
 
     async def take(self) -> Job:
-        """The next job for a worker (waits until one is due and may be handed out)."""
-        return await self._handoff.get()
+        """The next job for a worker: one that is due now, at once (a worker that finished
+        a job takes the next without the dispatcher going round); else wait until the
+        dispatcher hands one out."""
+        job = self._next_job()
+        if job is not None:
+            return job
+        self._idle_workers += 1
+        try:
+            return await self._handoff.get()
+        finally:
+            self._idle_workers -= 1
 
     def done(self, job: Job) -> None:
         """A worker finished ``job``."""
         self._busy -= 1
         if job.polls:
             self._polls_out -= 1
-        self._wake.set()
 
     @property
     def idle(self) -> bool:
@@ -213,18 +226,26 @@ class Executor:
             await self.clock.wait(self._wake, delay)
 
     def _next_delay(self) -> float | None:
-        if self._urgent or (self._polls and self._polls_out < self.pace.limit):
-            if self._busy >= self.workers:
-                return None  # every worker is busy: a finished job wakes the dispatcher
-            return 0.0
+        """How long the dispatcher may sleep: until the earliest plan falls due (None: until
+        woken). Work already due is taken by the workers themselves as they finish."""
         earliest = [h[0][0] for h in (self._starts, self._calls, self._batch_times) if h]
-        if not earliest:
-            return None
-        return max(0.0, (min(earliest) - self.clock.now()).total_seconds())
+        delay = None if not earliest else (min(earliest) - self.clock.now()).total_seconds()
+        if self._polls and self._idle_workers:  # the pace may let more go: look again soon
+            delay = PACE_LOOK if delay is None else min(delay, PACE_LOOK)
+        return None if delay is None else max(0.0, delay)
 
     def _hand_out(self) -> None:
-        """Hand due jobs to the workers, as many as are not busy (``_busy`` counts the jobs
-        handed out, taken or not), urgent ones first, polls at the pace."""
+        """Hand due jobs to the workers waiting for one (each worker that is busy takes its
+        next job itself when it finishes)."""
+        while self._handoff.qsize() < self._idle_workers:
+            job = self._next_job()
+            if job is None:
+                return
+            self._handoff.put_nowait(job)
+
+    def _next_job(self) -> Job | None:
+        """The next job to work on, if a worker may take one now (``_busy`` counts the jobs
+        handed out): urgent ones first, then polls at the pace; None when none may go."""
         while self._busy < self.workers:
             if self._urgent:
                 job = self._live(self._urgent.popleft())
@@ -235,14 +256,15 @@ class Executor:
                 if job is not None:
                     self._polls_out += 1
             else:
-                return
+                return None
             if job is not None:
                 self._busy += 1
-                self._handoff.put_nowait(job)
                 if not isinstance(job.actions[0][1], Trigger):  # a trigger's is its lag
                     now = self.clock.now()
                     for due in job.due:
                         self._lateness.observe(max(0.0, (now - due).total_seconds()))
+                return job
+        return None
 
     def _live(self, job: Job) -> Job | None:
         """``job`` without the actions a newer plan of their eid replaced (None when none is

@@ -87,15 +87,8 @@ class SqlStore(LeaseOperations, TaskOperations, LookupOperations, ChainOperation
         self.dialect = engines.dialect
         name = engines.dialect.name
         self._inserts = Batch(name, "execution", EXECUTION_KINDS)
-        self._saves = Batch(
-            name,
-            "execution",
-            _SAVE_KINDS,
-            key=["eid"],
-            match=["fence", "version"],
-            assign={**{column: column for column in STATE_COLUMNS}, "version": "new_version"},
-            keep_when_null=["lease_until"],
-        )
+        #: One batch per set of state columns a write changes, made on first use.
+        self._saves: dict[tuple[str, ...], Batch] = {}
         self._advances = advance_batch(name)
         self._takes = take_batch(name)
         self._successes = successes_batch(name)
@@ -257,8 +250,13 @@ class SqlStore(LeaseOperations, TaskOperations, LookupOperations, ChainOperation
         """Every write in one statement, each row a compare-and-set (see ``Store.save``)."""
         if not writes:
             return []
-        rows = (_state_row(before, after) for before, after in writes)
-        done = await self._saves.update(conn, rows, returning="eid")
+        by_columns: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
+        for before, after in writes:
+            columns = _changed(before, after)
+            by_columns[columns].append(_state_row(before, after, columns))
+        done: set[Any] = set()
+        for columns, rows in by_columns.items():
+            done |= await self._save_batch(columns).update(conn, rows, returning="eid")
         steps = [
             _step_row(after.eid, new)
             for before, after in writes
@@ -274,6 +272,28 @@ class SqlStore(LeaseOperations, TaskOperations, LookupOperations, ChainOperation
             landed = [e for eid, more in then_insert.items() if eid in done for e in more]
             await self._insert_executions(conn, landed)
         return [after if after.eid in done else None for _, after in writes]
+
+    def _save_batch(self, columns: tuple[str, ...]) -> Batch:
+        """The compare-and-set update of the state ``columns`` (and the version)."""
+        batch = self._saves.get(columns)
+        if batch is None:
+            kinds: dict[str, Kind] = {
+                "eid": "text",
+                "fence": "int",
+                "version": "int",
+                "new_version": "int",
+                **{name: EXECUTION_KINDS[name] for name in columns},
+            }
+            batch = self._saves[columns] = Batch(
+                self.dialect.name,
+                "execution",
+                kinds,
+                key=["eid"],
+                match=["fence", "version"],
+                assign={**{column: column for column in columns}, "version": "new_version"},
+                keep_when_null=["lease_until"] if "lease_until" in columns else [],
+            )
+        return batch
 
     async def _written_before(
         self, conn: AsyncConnection, writes: Sequence[tuple[Execution, Execution]]
@@ -440,17 +460,22 @@ class SqlStore(LeaseOperations, TaskOperations, LookupOperations, ChainOperation
             await conn.execute(sa.text("SELECT 1"))
 
 
-def _state_row(before: Execution, after: Execution) -> dict[str, Any]:
+def _changed(before: Execution, after: Execution) -> tuple[str, ...]:
+    """The state columns ``after`` changes: only those are written (most writes are a
+    poll's progress: three columns of fifteen). The lease only where the write moves it
+    (renewals do not raise the version, so this node's copy of it may be older than the
+    row's)."""
+    return tuple(name for name in STATE_COLUMNS if getattr(before, name) != getattr(after, name))
+
+
+def _state_row(before: Execution, after: Execution, columns: tuple[str, ...]) -> dict[str, Any]:
     """One row of a state write: the compare (eid, fence, version), the new version, and the
-    state columns; the lease only where the write moves it (renewals do not raise the
-    version, so this node's copy of it may be older than the row's)."""
+    state ``columns`` that changed."""
     assert after.version > before.version, "a write raises the version"
     assert after.fence == before.fence, "a write keeps the fence (claims raise it)"
-    values = execution_values(after, STATE_COLUMNS)
+    values = execution_values(after, columns)
     values.update(eid=before.eid, fence=before.fence, version=before.version)
     values["new_version"] = after.version
-    if after.lease_until == before.lease_until:
-        values["lease_until"] = None
     return values
 
 

@@ -28,6 +28,7 @@ def api_context(daemon: Daemon) -> ApiContext:
         metrics=daemon.metrics,
         last_tick=lambda: daemon.scheduler.last_tick,
         load=daemon.engine.load,
+        answered=daemon.engine.executor.pace.answered,
     )
 
 
