@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import heapq
 import signal
+from typing import Any
 
 import aiohttp
 
@@ -90,13 +91,26 @@ async def run(args: argparse.Namespace) -> None:
     print(f"done polls={poller.polls} failures={poller.failures}", flush=True)
 
 
+def run_on_ecrons_loop(main: Any) -> None:
+    """Run on the event loop ecron runs on (uvloop, a dependency of ecron, where it is
+    installed), so that the baseline and ecron are measured on the same loop; say which."""
+    try:
+        import uvloop
+    except ImportError:
+        print("loop asyncio", flush=True)
+        asyncio.run(main)
+        return
+    print("loop uvloop", flush=True)
+    uvloop.run(main)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", required=True)
     parser.add_argument("--ids", type=int, required=True)
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--workers", type=int, default=100)
-    asyncio.run(run(parser.parse_args()))
+    run_on_ecrons_loop(run(parser.parse_args()))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import signal
 import uuid
 from collections import defaultdict, deque
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import aiohttp
 from apscheduler.events import EVENT_JOB_SUBMITTED, JobSubmissionEvent
@@ -98,13 +99,26 @@ async def run(args: argparse.Namespace) -> None:
     print(f"done failed={poster.failed}", flush=True)
 
 
+def run_on_ecrons_loop(main: Any) -> None:
+    """Run on the event loop ecron runs on (uvloop, a dependency of ecron, where it is
+    installed), so that the baseline and ecron are measured on the same loop; say which."""
+    try:
+        import uvloop
+    except ImportError:
+        print("loop asyncio", flush=True)
+        asyncio.run(main)
+        return
+    print("loop uvloop", flush=True)
+    uvloop.run(main)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("kind", choices=["every", "cron"])
     parser.add_argument("--tasks", type=int, required=True)
     parser.add_argument("--url", required=True)
     parser.add_argument("--at", type=float, help="cron: the one fire time, Unix seconds")
-    asyncio.run(run(parser.parse_args()))
+    run_on_ecrons_loop(run(parser.parse_args()))
 
 
 if __name__ == "__main__":
