@@ -207,7 +207,8 @@ class Load(Answer):
     poll_delay_seconds: float = Field(description="how long the oldest due poll has waited")
     polls_waiting: int = Field(description="due poll jobs waiting for a worker")
     poll_pace: int = Field(
-        description="how many polls may be out at once (fewer while the event loop runs late)"
+        description="how many polls may be out at once (fewer while people ask the API of a "
+        "busy node, so that it keeps answering)"
     )
 
 
