@@ -1,5 +1,6 @@
 """``core.next_action``: what the node holding an execution does next, read from a table like
-``apply``'s (STYLE.md rule 14). Each row is an execution as held, why the question is asked,
+``apply``'s (STYLE.md rule 14); and, at the end, ``planning.decide_start``, the one start
+decision of every kind of run, from a table too. Each row is an execution as held, why the question is asked,
 and the one action the rules give; every action the engine can be told to carry out has a
 row, and so has every rule that chooses between them. Pure: the moment and the cadence are
 arguments, nothing is waited for."""
@@ -15,12 +16,18 @@ import pytest
 from ecron.core import (
     Channel,
     Execution,
+    Gate,
+    Holder,
+    Reason,
     RemoteStatus,
     Report,
     Reported,
+    Skipped,
     Status,
     Step,
     Transition,
+    TriggerKind,
+    TriggerSent,
     apply,
 )
 from ecron.core.next import (
@@ -46,6 +53,8 @@ from ecron.core.next import (
     Unanswered,
     next_action,
 )
+from ecron.planning import Begin, Decline, Defer, Refuse, Skip, decide_start
+from tests.conftest import task as task_spec
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 NOW = T0 + timedelta(minutes=10)
@@ -328,3 +337,133 @@ def test_the_table_covers_every_action() -> None:
     """Every kind of action the engine carries out is the answer of at least one row."""
     kinds = {type(row.expected) for row in TABLE}
     assert kinds == {Start, Trigger, Poll, Listen, Silent, Cancel, Close, Finish, Drop}
+
+
+# --- the one start decision (planning.decide_start), from a table too ----------------------
+
+
+OTHER = Holder("e0", Status.RUNNING, T0 - timedelta(hours=1), TriggerKind.SCHEDULE)
+OPEN = Gate(paused=False, paused_reason=None, retired=False)
+PAUSED = Gate(paused=True, paused_reason="release", retired=False)
+BUSY = Gate(paused=False, paused_reason=None, retired=False, active=(OTHER,))
+LATER = Gate(paused=False, paused_reason=None, retired=False, later=(T0 + timedelta(hours=1),))
+
+
+def claim(kind: TriggerKind, scheduled_at: datetime = NOW) -> Execution:
+    return SCHEDULED.evolve(trigger_kind=kind, scheduled_at=scheduled_at)
+
+
+def spec(**keys: object) -> object:
+    return task_spec("t", "http://127.0.0.1:1/jobs", task_timeout="2h", **keys)
+
+
+STARTS = [
+    ("a fire time on an open gate starts", claim(TriggerKind.SCHEDULE), spec(), OPEN, "begin"),
+    ("a paused task skips its fire time", claim(TriggerKind.SCHEDULE), spec(), PAUSED, "paused"),
+    (
+        "a paused task still runs what people ask for",
+        claim(TriggerKind.MANUAL),
+        spec(),
+        PAUSED,
+        "begin",
+    ),
+    ("a paused task still runs a resume", claim(TriggerKind.RESUME), spec(), PAUSED, "begin"),
+    ("a retry of a paused task is skipped", claim(TriggerKind.RETRY), spec(), PAUSED, "paused"),
+    (
+        "a chained run of a paused task is skipped",
+        claim(TriggerKind.CHAIN),
+        spec(),
+        PAUSED,
+        "paused",
+    ),
+    (
+        "a task gone from the config skips its claim",
+        claim(TriggerKind.SCHEDULE),
+        None,
+        OPEN,
+        "retired",
+    ),
+    (
+        "a task gone from the config refuses a manual run",
+        claim(TriggerKind.MANUAL),
+        None,
+        OPEN,
+        "refuse",
+    ),
+    (
+        "forbid: a fire time with one active is skipped (overlap)",
+        claim(TriggerKind.SCHEDULE),
+        spec(),
+        BUSY,
+        "overlap",
+    ),
+    (
+        "forbid: a retry with one active is skipped (overlap)",
+        claim(TriggerKind.RETRY),
+        spec(),
+        BUSY,
+        "overlap",
+    ),
+    (
+        "forbid: a manual run with one active is answered by it",
+        claim(TriggerKind.MANUAL),
+        spec(),
+        BUSY,
+        "decline",
+    ),
+    (
+        "replace: the older ones are cancelled first",
+        claim(TriggerKind.MANUAL),
+        spec(concurrency="replace"),
+        BUSY,
+        "defer",
+    ),
+    (
+        "allow: it starts beside the active one",
+        claim(TriggerKind.SCHEDULE),
+        spec(concurrency="allow"),
+        BUSY,
+        "begin",
+    ),
+    (
+        "run_once: a late fire time with a later one claimed is skipped (misfire)",
+        claim(TriggerKind.SCHEDULE, NOW - timedelta(hours=1)),
+        spec(misfire={"policy": "run_once", "grace": "5m"}),
+        LATER,
+        "misfire",
+    ),
+    (
+        "a late manual run is never a misfire",
+        claim(TriggerKind.MANUAL, NOW - timedelta(hours=1)),
+        spec(misfire={"policy": "skip", "grace": "5m"}),
+        OPEN,
+        "begin",
+    ),
+]
+
+
+def _kind(decision: object) -> str:
+    match decision:
+        case Begin(TriggerSent()):
+            return "begin"
+        case Skip(Skipped(reason)):
+            return {Reason.PAUSED: "paused", Reason.RETIRED: "retired"}.get(reason, str(reason))
+        case Decline(active):
+            assert active == OTHER
+            return "decline"
+        case Refuse():
+            return "refuse"
+        case Defer(older):
+            assert older == (OTHER,)
+            return "defer"
+    raise AssertionError(decision)
+
+
+@pytest.mark.parametrize(
+    ("why", "execution", "task", "gate", "expected"), STARTS, ids=[r[0] for r in STARTS]
+)
+def test_decide_start_follows_the_table(
+    why: str, execution: Execution, task: object, gate: Gate, expected: str
+) -> None:
+    """Every kind of run, decided in one place: pause, retirement, misfire, concurrency."""
+    assert _kind(decide_start(execution, task, gate, NOW)) == expected  # type: ignore[arg-type]
