@@ -1,9 +1,9 @@
 """``core.next_action``: what the node holding an execution does next, read from a table like
-``apply``'s (STYLE.md rule 14); and, at the end, ``planning.decide_start``, the one start
-decision of every kind of run, from a table too. Each row is an execution as held, why the question is asked,
+``apply``'s (STYLE.md rule 14). Each row is an execution as held, why the question is asked,
 and the one action the rules give; every action the engine can be told to carry out has a
-row, and so has every rule that chooses between them. Pure: the moment and the cadence are
-arguments, nothing is waited for."""
+row, and so has every rule that chooses between them. At the end, ``planning.decide_start``,
+the one start decision of every kind of run, from a table too. Pure: the moment and the
+cadence are arguments, nothing is waited for."""
 
 from __future__ import annotations
 
