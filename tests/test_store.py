@@ -15,6 +15,7 @@ from ecron.planning import Claim, FirstFireTimes, plan_fires
 from ecron.store.base import DueTask, Planner, StartWrites
 from ecron.store.migrate import HEAD, current_revision, head_revision, upgrade
 from ecron.store.sql import SqlStore
+from ecron.store.writer import StateWriter
 from tests.conftest import task
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -247,6 +248,30 @@ async def test_one_save_writes_many_rows_and_refuses_exactly_the_stale_ones(
         assert reread is not None
         expected = (0.0, None) if i % 3 == 0 else (float(i % 100), f"m{i}")
         assert (reread.progress, reread.message) == expected
+
+
+async def test_a_write_made_after_a_takeover_is_not_mistaken_for_one_on_the_old_lease(
+    store: SqlStore,
+) -> None:
+    """A change written behind is still waiting when the execution is taken over (its fence
+    and its version both raised): the next change, made on the row as taken over, has the
+    version the waiting one would have written. The two are not one write: the waiting one
+    is refused (its lease moved on, and its writer hears so), the new one lands."""
+    created = await store.create_execution(execution("a", T0))
+    assert created is not None
+    lost: list[Execution] = []
+    writer = StateWriter(
+        store, linger=timedelta(seconds=30), on_lost=lambda before, _after: lost.append(before)
+    )
+    writer.save_soon(created, later(created, progress=10.0))  # waits out its linger
+    [taken] = await store.force_claim("n2", [created.eid], T0 + timedelta(minutes=1))
+    assert (taken.version, taken.fence) == (created.version + 1, created.fence + 1)
+    stored = await writer.save(taken, later(taken, progress=20.0))
+    assert stored is not None and stored.progress == 20.0
+    await writer.drain(5)
+    reread = await store.get_execution(created.eid)
+    assert reread is not None and (reread.progress, reread.fence) == (20.0, taken.fence)
+    assert [e.version for e in lost] == [created.version]
 
 
 async def test_a_state_write_keeps_the_lease_unless_it_moves_it(store: SqlStore) -> None:

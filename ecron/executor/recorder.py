@@ -84,7 +84,9 @@ class Recorder:
     ) -> None:
         self.store = store
         #: Groups the writes (its lost write-behind changes come back to this recorder).
-        self.writer = StateWriter(store, on_lost=self._lost_behind)
+        self.writer = StateWriter(
+            store, on_lost=self._lost_behind, concurrency=store.write_concurrency
+        )
         self.held = held
         self.calls = calls
         self.clock = clock

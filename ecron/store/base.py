@@ -140,6 +140,10 @@ class Store(abc.ABC):
     takes (``plan``, ``decide``, ``lease_for``) are then called again.
     """
 
+    #: How many write transactions about different executions are worth having in flight
+    #: at once (``StateWriter``): one where the database has one writer.
+    write_concurrency: int = 1
+
     @abc.abstractmethod
     async def close(self) -> None:
         """Release every connection."""

@@ -89,6 +89,9 @@ class SqlStore(LeaseOperations, TaskOperations, LookupOperations, ChainOperation
         self._inserts = Batch(name, "execution", EXECUTION_KINDS)
         #: One batch per set of state columns a write changes, made on first use.
         self._saves: dict[tuple[str, ...], Batch] = {}
+        #: PostgreSQL commits several transactions at once, and most of a small one's time
+        #: is its commit's wait; SQLite has one writer.
+        self.write_concurrency = 4 if engines.dialect.skip_locked else 1
         self._advances = advance_batch(name)
         self._takes = take_batch(name)
         self._successes = successes_batch(name)

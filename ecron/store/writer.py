@@ -14,6 +14,9 @@ Two kinds of write come in:
 
 A write is only ever sent on top of a state the database confirmed: one that builds on a
 write still in flight waits for it, and fails without being sent when that one failed.
+Up to ``concurrency`` transactions are in flight at once, each about other executions
+(PostgreSQL takes several at once, and a commit's own wait is most of a small one's time;
+SQLite has one writer, so one).
 """
 
 from __future__ import annotations
@@ -56,20 +59,25 @@ class StateWriter:
         max_batch: int = 500,
         linger: timedelta = timedelta(milliseconds=50),
         on_lost: Lost | None = None,
+        concurrency: int = 1,
     ) -> None:
         self.store = store
         self.max_batch = max_batch
+        self.concurrency = max(1, concurrency)
         self.linger = linger.total_seconds()
         self.on_lost = on_lost
         #: Writes waiting for the next transaction, by eid (one per execution).
         self._pending: dict[str, _Write] = {}
         #: Writes that build on one still pending or in flight: they go in a later round.
         self._later: list[_Write] = []
-        #: Versions written by the transaction in flight, and those whose compare failed.
+        #: Versions written by the transactions in flight, and the states (version and fence)
+        #: whose compare failed.
         self._in_flight: dict[str, int] = {}
-        self._failed: dict[str, int] = {}
+        self._failed: dict[str, tuple[int, int]] = {}
         self._urgent = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
+        #: The transactions in flight.
+        self._flights: set[asyncio.Task[None]] = set()
         #: Transactions and rows written so far, for benchmarks and metrics.
         self.transactions = 0
         self.writes = 0
@@ -98,7 +106,7 @@ class StateWriter:
     def _add(self, write: _Write) -> None:
         eid = write.before.eid
         pending = self._pending.get(eid)
-        if pending is not None and pending.after.version == write.before.version:
+        if pending is not None and _builds_on(write, pending):
             pending.after = write.after  # builds on the pending write: one write for both
             pending.waiters += write.waiters
             pending.inserts += write.inserts
@@ -110,12 +118,30 @@ class StateWriter:
             self._flusher = asyncio.create_task(self._run(), name="ecron-state-writer")
 
     async def _run(self) -> None:
-        while self._pending or self._later:
+        while self._pending or self._later or self._flights:
+            if self._flights and (len(self._flights) >= self.concurrency or not self._pending):
+                await self._flight_ends()  # or a durable write comes
+                continue
             if not self._urgent.is_set() and len(self._pending) < self.max_batch:
                 with suppress(TimeoutError):
                     await asyncio.wait_for(self._urgent.wait(), self.linger)
             self._urgent.clear()
-            await self._flush_once()
+            batch = self._take()
+            if not batch:
+                if not self._flights:  # nothing can go: it waits on nothing in flight
+                    await asyncio.sleep(0)
+                continue
+            flight = asyncio.create_task(self._flush(batch), name="ecron-state-write")
+            self._flights.add(flight)
+            flight.add_done_callback(self._flights.discard)
+
+    async def _flight_ends(self) -> None:
+        """Wait until a transaction in flight ends, or a durable write asks to go now."""
+        urgent = asyncio.ensure_future(self._urgent.wait())
+        try:
+            await asyncio.wait({*self._flights, urgent}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            urgent.cancel()
 
     def _take(self) -> list[_Write]:
         """The next transaction's writes: at most one per execution, none built on a write
@@ -127,35 +153,44 @@ class StateWriter:
         later, self._later = self._later, []
         for write in later:
             eid = write.before.eid
-            if self._failed.get(eid) == write.before.version:
+            if self._failed.get(eid) == _state(write.before):
                 self._settle(write, None)
-            elif eid in self._pending or eid in taken:
+            elif eid in self._pending or eid in taken or eid in self._in_flight:
                 self._later.append(write)
             else:
                 self._pending[eid] = write
+                if write.waiters:  # a durable write: it goes in the next transaction
+                    self._urgent.set()
         self._failed.clear()
+        for write in batch:
+            self._in_flight[write.before.eid] = write.after.version
         return batch
 
-    async def _flush_once(self) -> None:
-        batch = self._take()
-        if not batch:
-            return
-        self._in_flight = {w.before.eid: w.after.version for w in batch}
+    async def _flush(self, batch: list[_Write]) -> None:
+        """One transaction of ``batch`` (taken, and counted in flight, by ``_take``)."""
         try:
             inserts = {w.before.eid: w.inserts for w in batch if w.inserts}
             stored = await self.store.save([(w.before, w.after) for w in batch], inserts)
         except Exception as exc:
-            self._in_flight = {}
+            self._landed(batch)
             self._retry_later(batch, exc)
             await asyncio.sleep(ERROR_PAUSE)
             return
-        self._in_flight = {}
+        self._landed(batch)
         self.transactions += 1
         self.writes += len(batch)
         for write, result in zip(batch, stored, strict=True):
             if result is None:
-                self._failed[write.before.eid] = write.after.version
+                self._failed[write.before.eid] = _state(write.after)
             self._settle(write, result)
+
+    def _landed(self, batch: list[_Write]) -> None:
+        """``batch``'s transaction is over: its executions are no longer in flight, and the
+        writes that waited on them may go."""
+        for write in batch:
+            self._in_flight.pop(write.before.eid, None)
+        if self._later:
+            self._urgent.set()
 
     def _retry_later(self, batch: list[_Write], exc: Exception) -> None:
         """The transaction failed: the waiters hear why; write-behind changes stay queued
@@ -170,7 +205,7 @@ class StateWriter:
                 continue
             eid = write.before.eid
             newer = self._pending.pop(eid, None)
-            if newer is not None and newer.before.version == write.after.version:
+            if newer is not None and _builds_on(newer, write):
                 write.after, write.waiters, write.inserts = (
                     newer.after,
                     newer.waiters,
@@ -195,3 +230,14 @@ class StateWriter:
         if self._flusher is not None and not self._flusher.done():
             await asyncio.wait({self._flusher}, timeout=timeout)
         return self.backlog == 0 and (self._flusher is None or self._flusher.done())
+
+
+def _state(execution: Execution) -> tuple[int, int]:
+    """Which stored state an execution is: its version under its lease (fence). A takeover
+    raises both, so a version alone can name two states of one row."""
+    return execution.version, execution.fence
+
+
+def _builds_on(write: _Write, earlier: _Write) -> bool:
+    """True when ``write`` was made on top of the state ``earlier`` writes."""
+    return _state(write.before) == _state(earlier.after)
