@@ -112,8 +112,18 @@ class Starts:
 
         names = {r.execution.task for r in ordered}
         new = [r.execution.eid for r in ordered if r.new]
-        started = await self.store.start_executions(names, decide, later_of=late, new=new)
+        watched = [name for name in names if self._watches_active(name, late)]
+        started = await self.store.start_executions(
+            names, decide, later_of=late, new=new, active_of=watched
+        )
         return self._results(ordered, decided, started)
+
+    def _watches_active(self, name: str, late: Sequence[str]) -> bool:
+        """Whether the start of ``name`` looks at its active executions: under ``forbid``
+        and ``replace``, and for a late fire time (misfire, ``run_once``); a retired task's
+        runs are decided without them."""
+        spec = self.specs.get(name)
+        return spec is not None and (spec.concurrency != "allow" or name in late)
 
     def _results(
         self,

@@ -113,9 +113,12 @@ class LeaseOperations:
         *,
         later_of: Collection[str] = (),
         new: Collection[str] = (),
+        active_of: Collection[str] | None = None,
     ) -> Started:
+        names = sorted(set(tasks))
+        holders = names if active_of is None else sorted(set(active_of))
         async with self.engines.write() as conn:
-            gates = await self._gates(conn, sorted(set(tasks)), sorted(set(later_of)))
+            gates = await self._gates(conn, names, sorted(set(later_of)), holders)
             plan = decide(gates)
             if retrying() and (own := _own_active(gates, plan, new)):
                 # the attempt before started these and its commit was lost: decide as it did
@@ -126,9 +129,10 @@ class LeaseOperations:
         return Started(written, inserted)
 
     async def _gates(
-        self, conn: AsyncConnection, names: list[str], later_of: list[str]
+        self, conn: AsyncConnection, names: list[str], later_of: list[str], active_of: list[str]
     ) -> dict[str, Gate]:
-        """Each task's gate (see ``Gate``); the task rows locked on PostgreSQL, in name order."""
+        """Each task's gate (see ``Gate``), with its active executions for the tasks in
+        ``active_of``; the task rows locked on PostgreSQL, in name order."""
         rows = await conn.execute(
             self._locking(
                 sa.select(
@@ -142,7 +146,7 @@ class LeaseOperations:
             )
         )
         found = {row.name: row for row in rows}
-        active = await self._holders(conn, names)
+        active = await self._holders(conn, active_of) if active_of else {}
         later: dict[str, list[datetime]] = defaultdict(list)
         if later_of:
             query = sa.select(execution_table.c.task, execution_table.c.scheduled_at).where(
