@@ -114,8 +114,17 @@ class UserService:
             self.jobs[eid] = Job(eid, time.monotonic(), duration)
             self.starts[eid] = self.starts.get(eid, 0) + 1
         if self.trigger_delay:
-            await asyncio.sleep(self.trigger_delay)
+            await held_back(self.trigger_delay)
         return web.json_response(self.jobs[eid].report(time.monotonic()))
+
+
+async def held_back(seconds: float) -> None:
+    """Hold a test service's answer back for ``seconds`` of real time: what a slow service
+    does to ecron (an answer later than its request timeout, bytes trickling in). ecron's
+    HTTP timeouts run on real time, so this cannot be a test's clock; it is the one real delay
+    of the test services, and everything else in the tests waits for an event or a
+    condition (``wait_for``), not for time to pass."""
+    await asyncio.sleep(seconds)
 
 
 async def wait_for(
