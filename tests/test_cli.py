@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -9,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from ecron.cli import cli, client_cmds, daemon_cmds, demo, validate  # noqa: F401  (registers commands)
+from tests.support.service import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -75,14 +76,18 @@ def example_service() -> Iterator[int]:
         process.wait(timeout=10)
 
 
+def listening(port: int) -> bool:
+    """True when something accepts connections on ``port`` of 127.0.0.1."""
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
 def wait_until_listening(port: int, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise AssertionError(f"nothing listens on port {port} after {timeout}s")
+    """Wait (these tests are synchronous) until a process listens on ``port``."""
+    try:
+        asyncio.run(wait_for(lambda: listening(port), timeout=timeout, interval=0.05))
+    except AssertionError as exc:
+        raise AssertionError(f"nothing listens on port {port}: {exc}") from exc
 
 
 def test_ecron_run_serves_the_api_runs_a_task_and_stops_cleanly_on_sigterm(
