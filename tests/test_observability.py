@@ -26,6 +26,7 @@ from ecron.daemon import Daemon
 from ecron.signing import verify
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, reply, run_once
+from tests.support.processes import finished
 from tests.support.service import UserService, wait_for
 
 
@@ -112,7 +113,7 @@ async def test_a_scrape_passes_promtool_check_metrics(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
-    output, _ = await asyncio.wait_for(process.communicate(text.encode()), timeout=30)
+    output, _ = await finished(process, timeout=30, input=text.encode())
     assert process.returncode == 0, output.decode()
 
 
