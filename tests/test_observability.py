@@ -319,9 +319,11 @@ async def test_a_dead_webhook_receiver_does_not_delay_the_next_fire_time(
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    user_service.behaviour = lambda request: asyncio.sleep(
-        0, web.json_response({"status": "FAILED"}) if request.method == "POST" else None
-    )
+
+    async def every_run_fails(request: web.Request) -> web.Response | None:
+        return web.json_response({"status": "FAILED"}) if request.method == "POST" else None
+
+    user_service.behaviour = every_run_fails
     hooks = {"webhooks": [{"url": f"http://127.0.0.1:{port}/alerts", "timeout": "30s"}]}
     spec = task("tick", f"{user_service.url}/jobs/x", schedule={"every": "1s"})
     try:
