@@ -77,9 +77,10 @@ async def store(database_url: str) -> AsyncIterator[SqlStore]:
 @pytest.fixture
 async def user_service() -> AsyncIterator[UserService]:
     """A real user service on 127.0.0.1 serving ``/jobs/{kind}`` (trigger) and
-    ``/jobs/{kind}/{eid}`` (poll, cancel)."""
+    ``/jobs/{kind}/{eid}`` (poll, cancel). At the end, answers still held back (a slow
+    service whose caller gave up long ago) are cut short, not waited for."""
     service = UserService()
-    runner = web.AppRunner(service.app())
+    runner = web.AppRunner(service.app(), shutdown_timeout=0.5)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

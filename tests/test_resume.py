@@ -240,7 +240,12 @@ async def test_a_one_call_task_is_resumed_under_a_new_id_with_resume_of(
     user_service.duration = 0.1
     user_service.script["POST"] = [reply(200, {"status": "FAILED", "interrupted": True})]
     spec = TaskSpec.model_validate(
-        {"name": "one", "schedule": "manual", "url": f"{user_service.url}/jobs/x"}
+        {
+            "name": "one",
+            "schedule": "manual",
+            "url": f"{user_service.url}/jobs/x",
+            "poll_interval": "100ms",  # not the default 5 s: the resumed job ends at once
+        }
     )
     async with make_daemon([spec]) as daemon:
         eid = await run_once(daemon, "one")
