@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from ecron.clock import Clock
 from ecron.config.model import Config, DaemonSettings, TaskSpec
 from ecron.daemon import Daemon
 from ecron.store.engine import Engines
@@ -108,10 +109,13 @@ DaemonFactory = Callable[..., AbstractAsyncContextManager[Daemon]]
 @pytest.fixture
 def make_daemon(database_url: str, tmp_path: Path) -> DaemonFactory:
     """``async with make_daemon(tasks, **settings) as daemon``: a daemon on the test database,
-    its API on a free port of 127.0.0.1."""
+    its API on a free port of 127.0.0.1; on real time, or on ``clock`` (a
+    ``tests.support.rig.FakeClock``: nothing planned happens until the test moves it)."""
 
     @asynccontextmanager
-    async def factory(tasks: list[TaskSpec], **settings: Any) -> AsyncIterator[Daemon]:
+    async def factory(
+        tasks: list[TaskSpec], *, clock: Clock | None = None, **settings: Any
+    ) -> AsyncIterator[Daemon]:
         values: dict[str, Any] = {"database": database_url, "listen": "127.0.0.1:0", "tick": "50ms"}
         values.update(settings)
         config = Config(
@@ -119,7 +123,7 @@ def make_daemon(database_url: str, tmp_path: Path) -> DaemonFactory:
             daemon=DaemonSettings.model_validate(values),
             tasks={spec.name: spec for spec in tasks},
         )
-        async with Daemon(config) as daemon:
+        async with Daemon(config, clock=clock) as daemon:
             yield daemon
 
     return factory
