@@ -67,13 +67,25 @@ def example_service() -> Iterator[int]:
         [sys.executable, str(script), "--port", str(port), "--duration", "1"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        text=True,
     )
     try:
         wait_until_listening(port)
         yield port
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        ended(process)
+
+
+def ended(process: subprocess.Popen[str], sig: int = signal.SIGTERM, timeout: float = 10) -> str:
+    """Send ``sig`` to ``process`` and reap it (killed if it does not end within ``timeout``
+    seconds, so that no process or pipe outlives the test); what it wrote on stderr."""
+    process.send_signal(sig)
+    try:
+        _, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, err = process.communicate()
+    return err or ""
 
 
 def listening(port: int) -> bool:
@@ -143,8 +155,7 @@ def test_ecron_run_serves_the_api_runs_a_task_and_stops_cleanly_on_sigterm(
         )
         assert older.returncode == 0 and "hello" in older.stdout and "long" not in older.stdout
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        _, logs = daemon.communicate(timeout=20)
+        logs = ended(daemon, signal.SIGTERM, timeout=20)
     assert daemon.returncode == 0, logs
     events = [json.loads(line)["event"] for line in logs.splitlines() if line.startswith("{")]
     assert "daemon_started" in events and "daemon_stopped" in events
