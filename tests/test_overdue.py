@@ -157,6 +157,7 @@ async def test_task_overdue_is_sent_once_per_overdue_period(
         await patrol_until(1)
         rounds = daemon.metrics.patrol_runs._value.get()
         _, started = await api(daemon, "POST", "/api/v1/tasks/watched/run")
+        await wait_for(lambda: daemon.engine.settled(clock.now()), timeout=5)  # triggered
         clock.advance(timedelta(milliseconds=100))  # its poll: the job has ended
         ended = await final(daemon, started["id"])
         await patrol_until(2)
