@@ -26,6 +26,7 @@ from click.testing import CliRunner, Result
 from ecron.cli import action_cmds, client_cmds, watch  # noqa: F401  (registers commands)
 from ecron.cli.display import absolute, relative, short_length
 from ecron.cli.group import cli
+from ecron.clock import iso
 from ecron.config.model import TaskSpec
 from ecron.core import Execution, Reason, Status
 from ecron.daemon import Daemon
@@ -61,9 +62,13 @@ async def daemon(make_daemon: DaemonFactory, user_service: UserService) -> Async
     """A daemon with a short job, a long one, a failing one and a three-step one."""
     user_service.durations.update(quick=0.3, long=30.0)
     url = user_service.url
+    # Hourly from half an hour after now: a test never sees it fire. (Plain ``every: 1h``
+    # fires at the top of each hour, so a test in an hour's last minute saw "in 55 s" as
+    # its next fire time, and one across the hour saw a run of it that it did not ask for.)
+    hourly = {"every": "1h", "start": iso(datetime.now(UTC) + timedelta(minutes=30))}
     specs = [
         task("quick", f"{url}/jobs/quick", concurrency="allow"),
-        task("long", f"{url}/jobs/long", schedule={"every": "1h"}),
+        task("long", f"{url}/jobs/long", schedule=hourly),
         task("broken", f"{url}/jobs/broken"),
         TaskSpec.model_validate(
             {
