@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from ecron.clock import Clock
 from ecron.config.model import Config, DaemonSettings, TaskSpec
 from ecron.daemon import Daemon
 from ecron.store.engine import Engines
@@ -77,9 +78,10 @@ async def store(database_url: str) -> AsyncIterator[SqlStore]:
 @pytest.fixture
 async def user_service() -> AsyncIterator[UserService]:
     """A real user service on 127.0.0.1 serving ``/jobs/{kind}`` (trigger) and
-    ``/jobs/{kind}/{eid}`` (poll, cancel)."""
+    ``/jobs/{kind}/{eid}`` (poll, cancel). At the end, answers still held back (a slow
+    service whose caller gave up long ago) are cut short, not waited for."""
     service = UserService()
-    runner = web.AppRunner(service.app())
+    runner = web.AppRunner(service.app(), shutdown_timeout=0.5)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
@@ -107,10 +109,13 @@ DaemonFactory = Callable[..., AbstractAsyncContextManager[Daemon]]
 @pytest.fixture
 def make_daemon(database_url: str, tmp_path: Path) -> DaemonFactory:
     """``async with make_daemon(tasks, **settings) as daemon``: a daemon on the test database,
-    its API on a free port of 127.0.0.1."""
+    its API on a free port of 127.0.0.1; on real time, or on ``clock`` (a
+    ``tests.support.rig.FakeClock``: nothing planned happens until the test moves it)."""
 
     @asynccontextmanager
-    async def factory(tasks: list[TaskSpec], **settings: Any) -> AsyncIterator[Daemon]:
+    async def factory(
+        tasks: list[TaskSpec], *, clock: Clock | None = None, **settings: Any
+    ) -> AsyncIterator[Daemon]:
         values: dict[str, Any] = {"database": database_url, "listen": "127.0.0.1:0", "tick": "50ms"}
         values.update(settings)
         config = Config(
@@ -118,7 +123,7 @@ def make_daemon(database_url: str, tmp_path: Path) -> DaemonFactory:
             daemon=DaemonSettings.model_validate(values),
             tasks={spec.name: spec for spec in tasks},
         )
-        async with Daemon(config) as daemon:
+        async with Daemon(config, clock=clock) as daemon:
             yield daemon
 
     return factory

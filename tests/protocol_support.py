@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -11,7 +10,7 @@ from aiohttp import web
 
 from ecron.core import Execution
 from ecron.daemon import Daemon
-from tests.support.service import UserService, wait_for
+from tests.support.service import UserService, held_back, wait_for
 
 Answer = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
 
@@ -31,7 +30,7 @@ def slow(seconds: float, then: Answer | None = None) -> Answer:
     """Hold the answer back for ``seconds`` (longer than request_timeout: no answer arrives)."""
 
     async def answer(request: web.Request) -> web.StreamResponse | None:
-        await asyncio.sleep(seconds)
+        await held_back(seconds)
         return None if then is None else await then(request)
 
     return answer
@@ -43,7 +42,7 @@ def started_then_slow(service: UserService, seconds: float) -> Answer:
     async def answer(request: web.Request) -> web.StreamResponse:
         eid = request.headers["X-Ecron-Execution-Id"]
         await service.start(eid)
-        await asyncio.sleep(seconds)
+        await held_back(seconds)
         return web.json_response({"status": "RUNNING"})
 
     return answer

@@ -19,7 +19,10 @@ from ecron.daemon import Daemon
 from ecron.ids import new_eid
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, run_once
+from tests.support.rig import FakeClock
 from tests.support.service import UserService, wait_for
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 def parse(text: str) -> datetime:
@@ -27,13 +30,14 @@ def parse(text: str) -> datetime:
 
 
 async def get(daemon: Daemon, path: str) -> tuple[Any, datetime, datetime]:
-    """GET ``/api/v1{path}``: the JSON answer, and the moments just before and after."""
+    """GET ``/api/v1{path}``: the JSON answer, and the moments just before and after (on
+    the daemon's clock)."""
     async with aiohttp.ClientSession() as session:
-        before = datetime.now(UTC)
+        before = daemon.clock.now()
         async with session.get(f"http://127.0.0.1:{daemon.port}/api/v1{path}") as response:
             assert response.status == 200, await response.text()
             body = await response.json()
-        return body, before, datetime.now(UTC)
+        return body, before, daemon.clock.now()
 
 
 async def moving(daemon: Daemon, eid: str) -> Execution:
@@ -69,10 +73,15 @@ async def test_a_running_execution_has_an_eta_at_its_pace_in_every_answer_and_no
     make_daemon: DaemonFactory, user_service: UserService
 ) -> None:
     """While the job reports progress, the snapshot (alone, in the history, and as the
-    task's last execution) holds the end at its pace so far; once SUCCESS, null."""
-    user_service.durations["slow"] = 3.0
-    async with make_daemon([task("slow", f"{user_service.url}/jobs/slow")]) as daemon:
+    task's last execution) holds the end at its pace so far; once SUCCESS, null. (The daemon
+    and the 4 s job run on a clock the test moves: 25% done 1 s in, the pace says 3 s more.)"""
+    user_service.durations["slow"] = 4.0
+    clock = FakeClock(T0)
+    user_service.on_clock(clock)
+    async with make_daemon([task("slow", f"{user_service.url}/jobs/slow")], clock=clock) as daemon:
         eid = await run_once(daemon, "slow")
+        await wait_for(lambda: daemon.engine.settled(clock.now()), timeout=5)  # triggered
+        clock.advance(timedelta(seconds=1))
         await moving(daemon, eid)
         alone, before, after = await get(daemon, f"/executions/{eid}")
         assert_paced(alone, before, after)
@@ -81,6 +90,8 @@ async def test_a_running_execution_has_an_eta_at_its_pace_in_every_answer_and_no
         one, before, after = await get(daemon, "/tasks/slow")
         assert one["last_execution"]["id"] == eid
         assert_paced(one["last_execution"], before, after)
+        assert parse(alone["eta"]) == T0 + timedelta(seconds=4)
+        clock.advance(timedelta(seconds=3))
         await ended(daemon, eid)
         final, _, _ = await get(daemon, f"/executions/{eid}")
     assert final["status"] == "SUCCESS" and final["eta"] is None

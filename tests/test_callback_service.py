@@ -256,10 +256,12 @@ async def test_two_triggers_with_the_same_eid_at_once_start_one_job(
     """Two triggers for one eid whose bodies arrive slowly, side by side, start one job and
     get the same answer (no callback URL here: the job just runs)."""
     service = await start_service(default_duration=30.0)
+    both_started = asyncio.Barrier(2)
 
     async def slow_body() -> AsyncIterator[bytes]:
         yield b'{"duration": '
-        await asyncio.sleep(0.1)
+        async with asyncio.timeout(5):
+            await both_started.wait()  # the rest of each body once both are half sent
         yield b"1}"
 
     async def send(session: aiohttp.ClientSession) -> tuple[int, Any]:

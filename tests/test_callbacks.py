@@ -4,6 +4,7 @@ PENDING executions, late reports, and callback mode's heartbeat."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,11 @@ from ecron.daemon import Daemon
 from ecron.signing import callback_token
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, reply, run_once, started_then_slow
+from tests.support.rig import FakeClock
 from tests.support.service import UserService, wait_for
 
 PUBLIC = "http://ecron.example:8080"
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -37,6 +40,16 @@ async def push(
         kwargs: dict[str, Any] = {"data": raw} if raw is not None else {"json": body}
         async with session.post(url, headers=headers, **kwargs) as response:
             return response.status, await response.json()
+
+
+async def running(daemon: Daemon, eid: str) -> None:
+    """Wait until the trigger's answer made ``eid`` RUNNING."""
+
+    async def found() -> bool:
+        execution = await daemon.store.get_execution(eid)
+        return execution is not None and execution.status is Status.RUNNING
+
+    await wait_for(found, timeout=5)
 
 
 def token_of(service: UserService, eid: str) -> str:
@@ -147,13 +160,17 @@ async def test_a_callback_after_the_deadline_sends_the_cancel_and_changes_nothin
     make_daemon: DaemonFactory, user_service: UserService
 ) -> None:
     """A callback that finds the deadline passed: the cancel call leaves (once), the
-    execution ends TIMED_OUT, and the callback gets 409 with that snapshot."""
+    execution ends TIMED_OUT, and the callback gets 409 with that snapshot. (On a clock the
+    test moves past the 500 ms deadline before the node's loops look at it: the callback is
+    the first to find it passed.)"""
     user_service.duration = 3600
     spec = task("job", f"{user_service.url}/jobs/x", task_timeout="500ms", poll_interval="1h")
-    async with make_daemon([spec], public_url=PUBLIC) as daemon:
+    clock = FakeClock(T0)
+    async with make_daemon([spec], public_url=PUBLIC, clock=clock) as daemon:
         eid = await run_once(daemon, "job")
-        await wait_for(lambda: user_service.calls_for(eid), timeout=5)
-        await asyncio.sleep(0.6)
+        await running(daemon, eid)
+        await wait_for(lambda: daemon.engine.settled(clock.now()), timeout=5)  # all quiet
+        clock.advance_unseen(timedelta(milliseconds=600))
         status, body = await push(daemon, eid, {"status": "SUCCESS"}, token_of(user_service, eid))
         execution = await ended(daemon, eid)
     assert status == 409 and body["detail"]["status"] == "TIMED_OUT"
@@ -165,18 +182,21 @@ async def test_callback_mode_is_never_polled_and_silence_past_the_heartbeat_ends
     make_daemon: DaemonFactory, user_service: UserService
 ) -> None:
     """mode: callback with heartbeat_timeout 400ms: callbacks keep it alive; when they stop,
-    it ends FAILED unreachable. No GET is ever sent."""
+    it ends FAILED unreachable. No GET is ever sent. (On a clock the test moves: a callback
+    every 200 ms for 800 ms, then 500 ms of silence.)"""
     user_service.duration = 3600
     spec = task("job", f"{user_service.url}/jobs/x", mode="callback", heartbeat_timeout="400ms")
-    async with make_daemon([spec], public_url=PUBLIC) as daemon:
+    clock = FakeClock(T0)
+    async with make_daemon([spec], public_url=PUBLIC, clock=clock) as daemon:
         eid = await run_once(daemon, "job")
-        await wait_for(lambda: user_service.calls_for(eid), timeout=5)
+        await running(daemon, eid)
         token = token_of(user_service, eid)
         for progress in (10, 20, 30, 40):
-            await asyncio.sleep(0.2)
+            clock.advance(timedelta(milliseconds=200))
             status, _ = await push(daemon, eid, {"status": "RUNNING", "progress": progress}, token)
             assert status == 200
         alive = await daemon.store.get_execution(eid)
+        clock.advance(timedelta(milliseconds=500))
         execution = await ended(daemon, eid)
     assert alive is not None and alive.status is Status.RUNNING and alive.progress == 40
     assert (execution.status, execution.reason) == (Status.FAILED, Reason.UNREACHABLE)

@@ -27,6 +27,7 @@ from tests.support.check_service import (
     serving,
     verdicts,
 )
+from tests.support.processes import finished
 
 SECRET = "check-secret"
 
@@ -220,7 +221,7 @@ async def test_the_installed_command_checks_a_service_and_prints_json() -> None:
             stderr=asyncio.subprocess.PIPE,
             env={**os.environ, "ECRON_CHECK_SECRET": ""},
         )
-        out, err = await asyncio.wait_for(process.communicate(), 30)
+        out, err = await finished(process, timeout=30)
         assert running(service) == []
     assert process.returncode == 0, err.decode()
     assert json.loads(out)["counts"] == {"pass": 8, "warn": 0, "fail": 0, "skip": 0}

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
 
 from ecron.core import Reason, Status
 from tests.conftest import DaemonFactory, task
+from tests.support.rig import FakeClock
 from tests.support.service import UserService, wait_for
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 ACTIVE = {"PENDING", "RUNNING"}
 
@@ -29,25 +33,39 @@ async def test_a_forbid_task_every_second_with_a_3s_job_never_shows_two_running(
     """{every: 1s}, concurrency forbid, jobs of 3 s: however often the API is asked (the
     task's history, the lists of PENDING and RUNNING executions, the task), it never shows
     two active executions of the task, and never a fire time claimed ahead as one. The fire
-    times that met a running job are SKIPPED overlap, naming it."""
+    times that met a running job are SKIPPED overlap, naming it. (The daemon and the jobs
+    run on a clock the test moves a second at a time; the API is asked four times each
+    second, while the node works on it, until two jobs have succeeded.)"""
     user_service.duration = 3.0
+    clock = FakeClock(T0 - timedelta(milliseconds=500))  # the first fire time is T0
+    user_service.on_clock(clock)
     spec = task("every-second", f"{user_service.url}/jobs/x", schedule={"every": "1s"})
     samples: list[list[str]] = []
-    async with make_daemon([spec]) as daemon, aiohttp.ClientSession() as session:
+    async with (
+        make_daemon([spec], clock=clock) as daemon,
+        aiohttp.ClientSession() as session,
+    ):
         base = f"http://127.0.0.1:{daemon.port}/api/v1"
 
         async def sample() -> bool:
-            history = await get(session, base, "/executions?task=every-second&limit=50")
+            # Three answers are not one snapshot: each execution is taken as the last answer
+            # showed it (an old run RUNNING in an earlier answer may have ended since).
             pending = await get(session, base, "/executions?status=PENDING")
             running = await get(session, base, "/executions?status=RUNNING")
-            shown = {i["id"]: i["status"] for i in history["items"]}
-            shown |= {i["id"]: i["status"] for i in pending["items"] + running["items"]}
+            history = await get(session, base, "/executions?task=every-second&limit=50")
+            shown = {i["id"]: i["status"] for i in pending["items"] + running["items"]}
+            shown |= {i["id"]: i["status"] for i in history["items"]}
             samples.append([status for status in shown.values() if status in ACTIVE])
             assert "SCHEDULED" not in shown.values()
             done = [i for i in history["items"] if i["status"] == "SUCCESS"]
             return len(done) >= 2
 
-        await wait_for(sample, timeout=20, interval=0.05)
+        for second in range(20):
+            clock.set(T0 + timedelta(seconds=second))
+            two_done = [await sample() for _ in range(4)][-1]
+            await wait_for(lambda: daemon.engine.settled(clock.now()), timeout=5)
+            if two_done:
+                break
         task_now = await get(session, base, "/tasks/every-second")
         claimed = await get(session, base, "/executions?status=SCHEDULED&task=every-second")
         history = await get(session, base, "/executions?task=every-second&limit=50")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -9,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from ecron.cli import cli, client_cmds, daemon_cmds, demo, validate  # noqa: F401  (registers commands)
+from tests.support.service import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -66,23 +67,39 @@ def example_service() -> Iterator[int]:
         [sys.executable, str(script), "--port", str(port), "--duration", "1"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        text=True,
     )
     try:
         wait_until_listening(port)
         yield port
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        ended(process)
+
+
+def ended(process: subprocess.Popen[str], sig: int = signal.SIGTERM, timeout: float = 10) -> str:
+    """Send ``sig`` to ``process`` and reap it (killed if it does not end within ``timeout``
+    seconds, so that no process or pipe outlives the test); what it wrote on stderr."""
+    process.send_signal(sig)
+    try:
+        _, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, err = process.communicate()
+    return err or ""
+
+
+def listening(port: int) -> bool:
+    """True when something accepts connections on ``port`` of 127.0.0.1."""
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 def wait_until_listening(port: int, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise AssertionError(f"nothing listens on port {port} after {timeout}s")
+    """Wait (these tests are synchronous) until a process listens on ``port``."""
+    try:
+        asyncio.run(wait_for(lambda: listening(port), timeout=timeout, interval=0.05))
+    except AssertionError as exc:
+        raise AssertionError(f"nothing listens on port {port}: {exc}") from exc
 
 
 def test_ecron_run_serves_the_api_runs_a_task_and_stops_cleanly_on_sigterm(
@@ -138,8 +155,7 @@ def test_ecron_run_serves_the_api_runs_a_task_and_stops_cleanly_on_sigterm(
         )
         assert older.returncode == 0 and "hello" in older.stdout and "long" not in older.stdout
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        _, logs = daemon.communicate(timeout=20)
+        logs = ended(daemon, signal.SIGTERM, timeout=20)
     assert daemon.returncode == 0, logs
     events = [json.loads(line)["event"] for line in logs.splitlines() if line.startswith("{")]
     assert "daemon_started" in events and "daemon_stopped" in events

@@ -11,6 +11,8 @@ import re
 import signal
 import sys
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -18,16 +20,19 @@ from typing import Any
 import aiohttp
 import pytest
 import structlog
+from aiohttp import web
 from click.testing import CliRunner, Result
 
 from ecron.cli import action_cmds, client_cmds, watch  # noqa: F401  (registers commands)
 from ecron.cli.display import absolute, relative, short_length
 from ecron.cli.group import cli
+from ecron.clock import iso
 from ecron.config.model import TaskSpec
 from ecron.core import Execution, Reason, Status
 from ecron.daemon import Daemon
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, reply, run_once
+from tests.support.processes import finished, reaped
 from tests.support.service import UserService, wait_for
 
 #: The worktree, whose ``ecron`` the subprocesses run.
@@ -57,9 +62,13 @@ async def daemon(make_daemon: DaemonFactory, user_service: UserService) -> Async
     """A daemon with a short job, a long one, a failing one and a three-step one."""
     user_service.durations.update(quick=0.3, long=30.0)
     url = user_service.url
+    # Hourly from half an hour after now: a test never sees it fire. (Plain ``every: 1h``
+    # fires at the top of each hour, so a test in an hour's last minute saw "in 55 s" as
+    # its next fire time, and one across the hour saw a run of it that it did not ask for.)
+    hourly = {"every": "1h", "start": iso(datetime.now(UTC) + timedelta(minutes=30))}
     specs = [
         task("quick", f"{url}/jobs/quick", concurrency="allow"),
-        task("long", f"{url}/jobs/long", schedule={"every": "1h"}),
+        task("long", f"{url}/jobs/long", schedule=hourly),
         task("broken", f"{url}/jobs/broken"),
         TaskSpec.model_validate(
             {
@@ -301,23 +310,15 @@ async def test_ctrl_c_stops_watching_leaves_the_execution_running_and_says_how_t
         args = ["trigger", "long", "--wait"]
     else:
         args = ["watch", (await run_once(daemon, "long"))[:13], "--json"]
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "ecron",
-        *args,
-        "--api",
-        f"http://127.0.0.1:{daemon.port}",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "COLUMNS": "80"},
-        cwd=ROOT,
-    )
-    assert process.stdout is not None
-    first = await asyncio.wait_for(process.stdout.readline(), timeout=20)  # it follows now
-    active = await wait_for(lambda: _one_running(daemon), timeout=20)
-    process.send_signal(signal.SIGINT)
-    out, err = await asyncio.wait_for(process.communicate(), timeout=20)
+    async with api_tap(daemon) as tap, cli_process(*args, "--api", tap.url) as process:
+        assert process.stdout is not None
+        first = await asyncio.wait_for(process.stdout.readline(), timeout=20)
+        active = await wait_for(lambda: _one_running(daemon), timeout=20)
+        # It follows now: it has polled the execution (``trigger`` prints its first line
+        # before it starts following, and a Ctrl-C then would be an ordinary abort).
+        await wait_for(lambda: tap.polled(active.eid), timeout=20)
+        process.send_signal(signal.SIGINT)
+        out, err = await finished(process, timeout=20, stuck=signal.SIGABRT)
     assert process.returncode == 130, (first, out, err)
     assert active.eid in first.decode()
     assert err.decode().splitlines() == [
@@ -326,6 +327,79 @@ async def test_ctrl_c_stops_watching_leaves_the_execution_running_and_says_how_t
     ]
     still = await daemon.store.get_execution(active.eid)
     assert still is not None and still.status is Status.RUNNING
+
+
+@dataclass
+class ApiTap:
+    """A proxy in front of a daemon's API that notes the path of each GET it answered."""
+
+    target: str
+    url: str = ""
+    gets: list[str] = field(default_factory=list)
+
+    def polled(self, eid: str) -> bool:
+        """True once execution ``eid`` was read by its whole id (as ``follow`` polls it)."""
+        return f"/api/v1/executions/{eid}" in self.gets
+
+    async def forward(self, request: web.Request) -> web.Response:
+        session: aiohttp.ClientSession = request.app[TAP_SESSION]
+        async with session.request(
+            request.method,
+            self.target + request.path_qs,
+            data=await request.read(),
+            headers={k: v for k, v in request.headers.items() if k.lower() != "host"},
+        ) as answer:
+            response = web.Response(
+                status=answer.status, body=await answer.read(), content_type=answer.content_type
+            )
+        if request.method == "GET":
+            self.gets.append(request.path)
+        return response
+
+
+TAP_SESSION = web.AppKey("session", aiohttp.ClientSession)
+
+
+@asynccontextmanager
+async def api_tap(daemon: Daemon) -> AsyncIterator[ApiTap]:
+    """An ``ApiTap`` in front of ``daemon``, on a free port of 127.0.0.1."""
+    tap = ApiTap(f"http://127.0.0.1:{daemon.port}")
+    app = web.Application()
+    app.router.add_route("*", "/{path:.*}", tap.forward)
+    async with aiohttp.ClientSession() as session:
+        app[TAP_SESSION] = session
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        tap.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+        try:
+            yield tap
+        finally:
+            await runner.cleanup()
+
+
+@asynccontextmanager
+async def cli_process(*args: str) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``python -m ecron ARGS`` in a terminal of 80 columns, its output piped; ended and
+    reaped at the end whatever happened (``-X faulthandler``: if it is stuck, SIGABRT shows
+    where)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-X",
+        "faulthandler",
+        "-m",
+        "ecron",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "80"},
+        cwd=ROOT,
+    )
+    try:
+        yield process
+    finally:
+        await reaped(process)
 
 
 async def _one_running(daemon: Daemon) -> Any:

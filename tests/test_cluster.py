@@ -25,6 +25,7 @@ from tests.support.cluster import (
     execution,
     execution_rows,
     kill_node,
+    let_time_pass,
     request,
     run_now,
     start_node,
@@ -229,7 +230,7 @@ async def test_several_nodes_on_one_postgresql_never_double_a_fire_and_never_los
         await asyncio.gather(*(wait_ready(node) for node in running))
         ready_at = datetime.now(UTC)
         node_ids = [await node_id(node) for node in running]
-        await asyncio.sleep(RUN_SECONDS)
+        await let_time_pass(RUN_SECONDS)
         stopping_at = datetime.now(UTC)
         codes = await asyncio.gather(*(stop_node(node) for node in running))
     finally:
@@ -407,7 +408,7 @@ async def test_a_killed_node_costs_its_own_claims_about_a_second_not_the_lease(
         await wait_for(lambda: a_started(postgres_url, 20), timeout=30, interval=0.2)
         killed = time.time()
         await kill_node(running[0])
-        await asyncio.sleep(AFTER_KILL)
+        await let_time_pass(AFTER_KILL)
         until = time.time() - 1.5  # fire times the survivor had time to reach
         code = await stop_node(running[1])
     finally:
@@ -563,13 +564,33 @@ async def test_retiring_a_task_by_sighup_while_it_runs_leaves_the_node_driving_i
 # --- fire times handed back at shutdown ---------------------------------------------------------
 
 
+#: The misfire grace of the test below, and how much later than it the node comes back.
+GRACE, DOWN_MARGIN = 1.0, 1.0
+
+
+async def ran_and_claimed_ahead(database_url: str) -> bool:
+    """True once a fire time ran to its end and later ones are claimed ahead (SCHEDULED)."""
+    rows = await execution_rows(database_url)
+    return any(r.status == "SUCCESS" for r in rows) and any(r.status == "SCHEDULED" for r in rows)
+
+
+async def fired_after(database_url: str, when: datetime) -> bool:
+    """True once a fire time later than ``when`` ran to its end and nothing is PENDING or
+    RUNNING from before it (the handed-back fire times were dealt with)."""
+    rows = await execution_rows(database_url)
+    done = any(r.scheduled_at > when and r.status == "SUCCESS" for r in rows)
+    return done and not any(
+        r.scheduled_at <= when and r.status in ("SCHEDULED", "PENDING", "RUNNING") for r in rows
+    )
+
+
 async def test_fire_times_claimed_ahead_by_a_stopped_node_are_not_run_after_the_misfire_grace(
     user_service: UserService, tmp_path: Path
 ) -> None:
     """One node on SQLite, a task every second with misfire {policy: skip, grace: 1s}. On
     SIGTERM the node hands back the fire times it had claimed ahead (prefetch) unrun; started
-    again 5 s later, it finds them more than the grace late, so it must skip them like any
-    other missed fire time: no trigger leaves more than the grace after its fire time, and the
+    again once the last of them is more than the grace late, it must skip them like any other
+    missed fire time: no trigger leaves more than the grace after its fire time, and the
     handed-back fire times end SKIPPED."""
     user_service.duration = 0.1
     database = f"sqlite+aiosqlite:///{tmp_path / 'ecron.db'}"
@@ -579,20 +600,23 @@ async def test_fire_times_claimed_ahead_by_a_stopped_node_are_not_run_after_the_
         schedule="{every: 1s}",
         poll_interval="100ms",
         concurrency="allow",
-        misfire="{policy: skip, grace: 1s}",
+        misfire=f"{{policy: skip, grace: {GRACE:g}s}}",
     )
     directory = write_config(tmp_path / "config", "tick: 100ms\n" + JSON_LOG, tasks)
     running: list[Node] = []
     try:
         running.append(start_node("before", directory, database, tmp_path))
         await wait_ready(running[0])
-        await asyncio.sleep(3)
+        await wait_for(lambda: ran_and_claimed_ahead(database), timeout=15, interval=0.1)
         first_code = await stop_node(running[0])
         handed_back = [r for r in await execution_rows(database) if r.status == "SCHEDULED"]
-        await asyncio.sleep(5)
+        if handed_back:  # down until the last of them is more than the grace late
+            latest = max(r.scheduled_at for r in handed_back).timestamp()
+            await let_time_pass(latest + GRACE + DOWN_MARGIN - time.time())
         running.append(start_node("after", directory, database, tmp_path))
         await wait_ready(running[1])
-        await asyncio.sleep(2)
+        restarted = datetime.now(UTC)
+        await wait_for(lambda: fired_after(database, restarted), timeout=15, interval=0.1)
         code = await stop_node(running[1])
     finally:
         clean_up(running)
@@ -609,7 +633,7 @@ async def test_fire_times_claimed_ahead_by_a_stopped_node_are_not_run_after_the_
         for call in user_service.calls
         if call.method == "POST"
     }
-    late = {when: seconds for when, seconds in lateness.items() if seconds > 1.5}
+    late = {when: seconds for when, seconds in lateness.items() if seconds > GRACE + 0.5}
     rows = {r.eid: r for r in await execution_rows(database)}
     after = {iso(r.scheduled_at): rows[r.eid].status for r in handed_back}
     assert late == {}, f"triggers later than the grace (s): {late}; handed back: {after}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,10 @@ from ecron.core import Status
 from ecron.daemon import Daemon
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended
+from tests.support.rig import rig
 from tests.support.service import UserService, wait_for
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 PROTOCOL_HEADERS = {
     "X-Ecron-Execution-Id",
@@ -303,18 +307,21 @@ async def test_a_restarted_daemon_adopts_the_running_execution_without_triggerin
 
 
 async def test_an_execution_that_reports_nothing_new_is_polled_once_per_poll_interval(
-    make_daemon: DaemonFactory, user_service: UserService
+    database_url: str, user_service: UserService
 ) -> None:
-    """A steady RUNNING execution with poll_interval 200ms gets about five polls a second,
-    not a poll loop that never rests."""
+    """A steady RUNNING execution with poll_interval 200ms gets five polls a second, not a
+    poll loop that never rests: on the rig's clock, moved a second in steps of 100 ms, one
+    poll each time another 200 ms have passed since the last, none in between."""
     user_service.duration = 3600
     spec = task("steady", f"{user_service.url}/jobs/x", poll_interval="200ms")
-    async with make_daemon([spec]) as daemon:
-        _, snapshot = await api(daemon, "POST", "/api/v1/tasks/steady/run")
-        await wait_for(lambda: user_service.calls_for(snapshot["id"], "GET"), timeout=5)
-        await asyncio.sleep(1.0)
-        polls = len(user_service.calls_for(snapshot["id"], "GET"))
-    assert 3 <= polls <= 8
+    async with rig(database_url, [spec], T0) as r:
+        execution, _ = await r.commands.run_now("steady")
+        await wait_for(lambda: r.status_is(execution.eid, Status.RUNNING), timeout=5)
+        seen = []
+        for step in range(1, 11):
+            await r.start_due(T0 + step * timedelta(milliseconds=100))
+            seen.append(len(user_service.calls_for(execution.eid, "GET")))
+    assert seen == [0, 1, 1, 2, 2, 3, 3, 4, 4, 5]
 
 
 async def test_a_task_is_paused_and_unpaused_through_the_api_with_a_reason_people_can_see(

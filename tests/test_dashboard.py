@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, reply, run_once
+from tests.support.processes import finished
 from tests.support.service import UserService, wait_for
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -49,7 +50,7 @@ async def rendered(url: str) -> str:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
         )
-        out, _ = await asyncio.wait_for(process.communicate(), timeout=60)
+        out, _ = await finished(process, timeout=60)
     return out.decode()
 
 

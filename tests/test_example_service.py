@@ -7,7 +7,7 @@ import hashlib
 import hmac
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -17,6 +17,7 @@ from yarl import URL
 
 from ecron.signing import verify
 from tests.support.examples import load_example
+from tests.support.service import wait_for
 
 SECRET = "example-secret"
 WAIT = 5.0  # the longest any test waits for the service, seconds
@@ -68,17 +69,36 @@ async def trigger(client: Client, eid: str, body: dict[str, Any] | None = None) 
     return report
 
 
-async def poll_until_final(client: Client, eid: str) -> list[dict[str, Any]]:
-    """Poll ``eid`` every 20 ms until it is no longer RUNNING; answer every report seen."""
+async def poll(client: Client, eid: str) -> dict[str, Any]:
+    """One poll of ``eid``, checking for a 200; its report."""
+    response = await client.get(f"/jobs/report/{eid}", headers=ecron_headers(eid))
+    assert response.status == 200, await response.text()
+    report: dict[str, Any] = await response.json()
+    return report
+
+
+async def poll_until(
+    client: Client, eid: str, done: Callable[[dict[str, Any]], bool]
+) -> list[dict[str, Any]]:
+    """Poll ``eid`` until a report satisfies ``done``; every report seen."""
     reports: list[dict[str, Any]] = []
-    async with asyncio.timeout(WAIT):
-        while True:
-            response = await client.get(f"/jobs/report/{eid}", headers=ecron_headers(eid))
-            assert response.status == 200, await response.text()
-            reports.append(await response.json())
-            if reports[-1]["status"] != "RUNNING":
-                return reports
-            await asyncio.sleep(0.02)
+
+    async def seen() -> bool:
+        reports.append(await poll(client, eid))
+        return done(reports[-1])
+
+    await wait_for(seen, timeout=WAIT)
+    return reports
+
+
+async def poll_until_final(client: Client, eid: str) -> list[dict[str, Any]]:
+    """Poll ``eid`` until it is no longer RUNNING; every report seen."""
+    return await poll_until(client, eid, lambda report: report["status"] != "RUNNING")
+
+
+def started(report: dict[str, Any]) -> bool:
+    """True once a running job's progress has moved past 0."""
+    return bool(report["progress"] > 0)
 
 
 async def test_a_triggered_job_runs_to_success_with_rising_progress(client: Client) -> None:
@@ -131,7 +151,7 @@ async def test_a_duration_may_be_written_with_a_unit_or_as_seconds(client: Clien
 async def test_a_second_trigger_with_the_same_eid_starts_nothing_new(client: Client) -> None:
     """A repeated trigger answers the execution's current report, whatever its body says."""
     await trigger(client, "eid-twice", {"duration": "400ms"})
-    await asyncio.sleep(0.15)
+    await poll_until(client, "eid-twice", started)
 
     again = await trigger(client, "eid-twice", {"duration": "10s", "fail": True})
     assert again["status"] == "RUNNING"
@@ -145,10 +165,12 @@ async def test_a_second_trigger_with_the_same_eid_starts_nothing_new(client: Cli
 
 async def test_two_triggers_with_the_same_eid_at_once_start_one_job(client: Client) -> None:
     """Two triggers for one eid whose bodies arrive slowly, side by side, start one job."""
+    both_started = asyncio.Barrier(2)
 
     async def slow_body() -> AsyncIterator[bytes]:
         yield b'{"duration": '
-        await asyncio.sleep(0.1)
+        async with asyncio.timeout(WAIT):
+            await both_started.wait()  # the rest of each body once both are half sent
         yield b'"1s"}'
 
     async def send() -> int:
@@ -182,19 +204,26 @@ async def test_an_eid_is_known_only_under_the_kind_that_triggered_it(client: Cli
     assert await response.json() == {"status": "UNKNOWN"}
 
 
-async def test_a_cancel_stops_a_running_job_and_answers_its_final_report(client: Client) -> None:
-    """DELETE ends a running job FAILED "cancelled"; its progress moves no further after that."""
-    await trigger(client, "eid-cancel", {"duration": "5s"})
-    await asyncio.sleep(0.6)
+async def test_a_cancel_stops_a_running_job_and_answers_its_final_report() -> None:
+    """DELETE ends a running job FAILED "cancelled"; its progress moves no further after that
+    (the job's work has stopped: nothing is left that could move it)."""
+    service = job_service.JobService(default_duration=0.3)
+    app = job_service.make_app(service=service)
+    async with TestClient(TestServer(app)) as client:
+        await trigger(client, "eid-cancel", {"duration": "5s"})
+        await poll_until(client, "eid-cancel", started)
 
-    response = await client.delete("/jobs/report/eid-cancel", headers=ecron_headers("eid-cancel"))
-    assert response.status == 200
-    cancelled = await response.json()
+        response = await client.delete(
+            "/jobs/report/eid-cancel", headers=ecron_headers("eid-cancel")
+        )
+        assert response.status == 200
+        cancelled = await response.json()
+        job = service.jobs["report", "eid-cancel"]
+        assert job.runner is not None and job.runner.done()
+        assert (await poll_until_final(client, "eid-cancel")) == [cancelled]
     assert cancelled["status"] == "FAILED"
     assert cancelled["message"] == "cancelled"
-
-    await asyncio.sleep(0.6)
-    assert (await poll_until_final(client, "eid-cancel")) == [cancelled]
+    assert 0 < cancelled["progress"] < 100
 
 
 async def test_a_job_asked_to_fail_ends_failed_with_a_message(client: Client) -> None:

@@ -10,7 +10,7 @@ import logging
 import os
 import shutil
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,11 @@ from ecron.daemon import Daemon
 from ecron.signing import verify
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, reply, run_once
+from tests.support.processes import finished
+from tests.support.rig import FakeClock
 from tests.support.service import UserService, wait_for
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -112,7 +116,7 @@ async def test_a_scrape_passes_promtool_check_metrics(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
-    output, _ = await asyncio.wait_for(process.communicate(text.encode()), timeout=30)
+    output, _ = await finished(process, timeout=30, input=text.encode())
     assert process.returncode == 0, output.decode()
 
 
@@ -303,7 +307,8 @@ async def test_a_dead_webhook_receiver_does_not_delay_the_next_fire_time(
     make_daemon: DaemonFactory, user_service: UserService
 ) -> None:
     """Every execution fails and the webhook never answers: fire times of an every-1s task
-    still leave on time (trigger lag stays small)."""
+    still leave on time (trigger lag stays small). On a clock the test moves a second at a
+    time: each fire time is triggered at its time while the alerts of all before it hang."""
 
     released = asyncio.Event()
 
@@ -318,15 +323,22 @@ async def test_a_dead_webhook_receiver_does_not_delay_the_next_fire_time(
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    user_service.behaviour = lambda request: asyncio.sleep(
-        0, web.json_response({"status": "FAILED"}) if request.method == "POST" else None
-    )
+
+    async def every_run_fails(request: web.Request) -> web.Response | None:
+        return web.json_response({"status": "FAILED"}) if request.method == "POST" else None
+
+    user_service.behaviour = every_run_fails
     hooks = {"webhooks": [{"url": f"http://127.0.0.1:{port}/alerts", "timeout": "30s"}]}
     spec = task("tick", f"{user_service.url}/jobs/x", schedule={"every": "1s"})
+    clock = FakeClock(T0 - timedelta(milliseconds=500))  # the first fire time is T0
     try:
-        async with make_daemon([spec], notify=hooks) as daemon:
-            await wait_for(lambda: len(user_service.calls) >= 4, timeout=15)
+        async with make_daemon([spec], notify=hooks, clock=clock) as daemon:
+            for second in range(4):
+                triggered = len(user_service.calls)
+                clock.set(T0 + timedelta(seconds=second))
+                await wait_for(lambda n=triggered: len(user_service.calls) > n, timeout=5)
             lags = [(await daemon.store.get_execution(c.eid)) for c in user_service.calls[:4]]
+            released.set()  # the alerts may end now: the node need not wait for them to stop
     finally:
         released.set()
         await runner.cleanup()

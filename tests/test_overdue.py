@@ -20,6 +20,7 @@ from ecron.planning import FirstFireTimes
 from ecron.store.base import TaskState
 from ecron.store.sql import SqlStore
 from tests.conftest import DaemonFactory, task
+from tests.support.rig import FakeClock
 from tests.support.service import UserService, wait_for
 from tests.test_daemon import api, final
 
@@ -130,17 +131,36 @@ async def test_task_overdue_is_sent_once_per_overdue_period(
 ) -> None:
     """``success_within: 1s`` on a task that has not run: one ``task_overdue`` a second
     after it was added, however many patrol rounds follow; after a success, the gauge shows
-    it, and the next alert comes a second after it, naming it, and only then."""
+    it, and the next alert comes a second after it, naming it, and only then. (The daemon
+    and the job run on a clock the test moves; it runs a patrol round every 100 ms of it.)"""
     user_service.duration = 0.05
+    clock = FakeClock(T0)
+    user_service.on_clock(clock)
     spec: TaskSpec = task("watched", f"{user_service.url}/jobs/w", expect={"success_within": "1s"})
     notify = {"webhooks": [{"url": alerts.url, "events": ["task_overdue"]}]}
-    async with make_daemon([spec], notify=notify, patrol_interval="100ms") as daemon:
+    async with make_daemon([spec], notify=notify, patrol_interval="1h", clock=clock) as daemon:
+
+        async def patrol_until(alerted: int) -> None:
+            """A patrol round every 100 ms of the clock until ``alerted`` alerts came."""
+            raised = len(alerts.of("task_overdue"))
+            for _ in range(50):
+                clock.advance(timedelta(milliseconds=100))
+                counts = await daemon.patrol.run_once()
+                assert counts is not None
+                raised += counts["overdue"]
+                await wait_for(lambda: len(alerts.of("task_overdue")) >= raised, timeout=5)  # noqa: B023
+                if raised >= alerted:
+                    return
+            raise AssertionError(f"{alerted} task_overdue alerts did not come")
+
         added = await daemon.store.get_task("watched")
-        await wait_for(lambda: alerts.of("task_overdue"), timeout=10)
+        await patrol_until(1)
         rounds = daemon.metrics.patrol_runs._value.get()
         _, started = await api(daemon, "POST", "/api/v1/tasks/watched/run")
+        await wait_for(lambda: daemon.engine.settled(clock.now()), timeout=5)  # triggered
+        clock.advance(timedelta(milliseconds=100))  # its poll: the job has ended
         ended = await final(daemon, started["id"])
-        await wait_for(lambda: len(alerts.of("task_overdue")) >= 2, timeout=10)
+        await patrol_until(2)
         rounds_between = daemon.metrics.patrol_runs._value.get() - rounds
         shown = gauge(daemon.metrics, "watched")
     first, second = alerts.of("task_overdue")

@@ -377,7 +377,8 @@ async def test_queue_mode_is_never_polled_and_silence_past_the_heartbeat_ends_it
 
 @asynccontextmanager
 async def consuming(r: Rig, server: RedisServer, **keys: Any) -> AsyncIterator[QueueConsumer]:
-    """A queue consumer on a rig's parts (the rig's callback secret is ``test``), running;
+    """A queue consumer on a rig's parts (the rig's callback secret is ``test``), running
+    and joined to the group (which it creates: a test may ask about the group at once);
     ``keys``: queue settings other than the tests' defaults."""
     settings = QueueSettings.model_validate(queue_of(server, **keys))
     consumer = QueueConsumer(
@@ -391,6 +392,7 @@ async def consuming(r: Rig, server: RedisServer, **keys: Any) -> AsyncIterator[Q
     )
     running = asyncio.create_task(consumer.run())
     try:
+        await wait_for(lambda: consumer.problem is None or running.done(), timeout=5)
         yield consumer
     finally:
         consumer.stop()

@@ -3,10 +3,10 @@ automatic resume of interrupted work (idempotent tasks only, a capped chain), th
 
 from __future__ import annotations
 
-import asyncio
-from datetime import timedelta
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import pytest
@@ -18,7 +18,11 @@ from ecron.core import Execution, Reason, Status, TriggerKind
 from ecron.daemon import Daemon
 from tests.conftest import DaemonFactory
 from tests.protocol_support import ended, reply, run_once
+from tests.support.rig import FakeClock
 from tests.support.service import UserService, wait_for
+
+T = TypeVar("T")
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -75,6 +79,25 @@ async def resume_of(daemon: Daemon, eid: str, timeout: float = 10.0) -> Executio
 
     resumed: str = await wait_for(found, timeout=timeout)
     return await ended(daemon, resumed)
+
+
+async def final(daemon: Daemon, eid: str) -> Execution | None:
+    """Execution ``eid`` if it is final (None otherwise)."""
+    execution = await daemon.store.get_execution(eid)
+    return execution if execution is not None and execution.is_final else None
+
+
+async def run_until(
+    daemon: Daemon, clock: FakeClock, found: Callable[[], Awaitable[T | None]]
+) -> T:
+    """Move ``clock`` 50 ms at a time (each time until the engine has carried out what is due)
+    until ``found()`` finds something; it. Up to a minute of the clock."""
+    for _ in range(1200):
+        if (value := await found()) is not None:
+            return value
+        now = clock.advance(timedelta(milliseconds=50))
+        await wait_for(lambda: daemon.engine.settled(now), timeout=5)  # noqa: B023
+    raise AssertionError("not found within a minute of the test's clock")
 
 
 def posts(service: UserService, remote: str) -> int:
@@ -145,17 +168,23 @@ async def test_an_interrupted_idempotent_task_is_resumed_by_itself_from_the_fail
     names its resume."""
     user_service.duration = 0.1
     interrupt_step(user_service, 2)
+    clock = FakeClock(T0)
+    user_service.on_clock(clock)
     spec = three_steps(user_service, idempotent=True, resume={"auto": True})
-    async with make_daemon([spec], patrol_interval="300ms") as daemon:
+    async with make_daemon([spec], patrol_interval="300ms", clock=clock) as daemon:
         eid = await run_once(daemon, "init")
-        first = await ended(daemon, eid)
-        loop = asyncio.get_running_loop()
-        failed_at = loop.time()
-        second = await resume_of(daemon, eid)
-        waited = loop.time() - failed_at
+        first = await run_until(daemon, clock, lambda: final(daemon, eid))
+
+        async def resumed() -> Execution | None:
+            found = (await daemon.store.resumes_of([eid])).get(eid)
+            return None if found is None else await final(daemon, found)
+
+        second = await run_until(daemon, clock, resumed)
         _, old_snapshot = await api(daemon, "GET", f"/api/v1/executions/{eid}")
     assert (first.status, first.reason) == (Status.FAILED, Reason.INTERRUPTED)
-    assert waited < 0.3 + 1.0  # one patrol interval, and the resume's own run
+    assert first.finished_at is not None and second.finished_at is not None
+    waited = second.finished_at - first.finished_at
+    assert waited < timedelta(seconds=0.3 + 1.0)  # one patrol interval, and the resume's run
     assert second.status is Status.SUCCESS
     assert (second.trigger_kind, second.resume_of, second.resume_attempt) == (
         TriggerKind.RESUME,
@@ -240,7 +269,12 @@ async def test_a_one_call_task_is_resumed_under_a_new_id_with_resume_of(
     user_service.duration = 0.1
     user_service.script["POST"] = [reply(200, {"status": "FAILED", "interrupted": True})]
     spec = TaskSpec.model_validate(
-        {"name": "one", "schedule": "manual", "url": f"{user_service.url}/jobs/x"}
+        {
+            "name": "one",
+            "schedule": "manual",
+            "url": f"{user_service.url}/jobs/x",
+            "poll_interval": "100ms",  # not the default 5 s: the resumed job ends at once
+        }
     )
     async with make_daemon([spec]) as daemon:
         eid = await run_once(daemon, "one")

@@ -39,6 +39,7 @@ from tests.support.cluster import (
     Node,
     clean_up,
     kill_node,
+    let_time_pass,
     request,
     stop_node,
     wait_ready,
@@ -104,7 +105,7 @@ async def _manual_runs(nodes: list[Node], rng: random.Random, accepted: list[str
     """Ask a node that is up to run ``short`` now, every 0.5 to 1.5 s; keep the eids of the
     runs that were accepted (202): each must end like any fire time."""
     while True:
-        await asyncio.sleep(rng.uniform(0.5, 1.5))
+        await let_time_pass(rng.uniform(0.5, 1.5))
         up = [node for node in nodes if node.process.poll() is None]
         if not up:
             continue
@@ -174,7 +175,7 @@ async def crash_loop(database_url: str, tmp_path: Path, *, nodes: int, seed: int
             manual = asyncio.create_task(_manual_runs(slots, rng, run.manual))
             started = time.monotonic()
             for kill in range(KILLS):
-                await asyncio.sleep(rng.uniform(*KILL_SPACING))
+                await let_time_pass(rng.uniform(*KILL_SPACING))
                 slot = rng.randrange(nodes)
                 await kill_node(slots[slot])
                 run.kills.append(round(time.monotonic() - started, 2))

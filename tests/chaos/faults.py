@@ -23,6 +23,7 @@ from tests.support.cluster import (
     Node,
     clean_up,
     execution,
+    let_time_pass,
     run_now,
     stop_node,
     wait_ready,
@@ -89,7 +90,7 @@ class Probe:
                 now = time.monotonic()
                 self.health.append((now, await self._status(session, "/healthz")))
                 self.ready.append((now, await self._status(session, "/readyz")))
-                await asyncio.sleep(self.every)
+                await let_time_pass(self.every)
 
     def ready_since(self, since: float) -> list[int | None]:
         return [status for at, status in self.ready if at >= since]
@@ -108,6 +109,13 @@ class FaultRun:
     database_url: str
     began: datetime
     prober: asyncio.Task[None] | None = None
+
+    async def fired(self, count: int = 2, timeout: float = 15.0) -> None:
+        """Wait until ``tick`` has fired ``count`` times (triggers at the service): fire times
+        ran before the fault."""
+        await wait_for(
+            lambda: len(_triggers(self.service, "tick")) >= count, timeout=timeout, interval=0.1
+        )
 
     async def start_work(self) -> tuple[str, str]:
         """Start ``through`` and ``deadline``; wait until both are RUNNING."""
@@ -133,6 +141,13 @@ class FaultRun:
             )
 
         await wait_for(done, timeout=timeout, interval=0.2)
+
+
+def _triggers(service: UserService, task: str) -> list[str]:
+    """The execution ids ``service`` was asked to start for ``task``."""
+    return [
+        c.eid for c in service.calls if c.method == "POST" and c.headers.get("X-Ecron-Task") == task
+    ]
 
 
 async def _all_running(node: Node, eids: list[str]) -> bool:

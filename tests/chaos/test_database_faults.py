@@ -37,7 +37,7 @@ from tests.chaos.faults import (
     tick_problems,
 )
 from tests.chaos.pgserver import StoppablePostgres
-from tests.support.cluster import execution, run_now
+from tests.support.cluster import execution, let_time_pass, run_now
 from tests.support.postgres import PostgresServer
 from tests.support.service import UserService, wait_for
 
@@ -71,12 +71,12 @@ async def test_postgresql_stopped_for_seconds_mid_run_leaves_the_node_running_an
     url = await stoppable_postgres.create_database("ecron_outage")
     settings = f"lease_ttl: {SHORT_LEASE:g}s\n"
     async with fault_run(url, tmp_path, user_service, settings=settings) as run:
-        await asyncio.sleep(2)  # fire times before the outage
+        await run.fired()  # fire times before the outage
         through, deadline = await run.start_work()
         stopped_at = time.monotonic()
         await stoppable_postgres.stop()
         await wait_for(lambda: 503 in run.probe.ready_since(stopped_at), timeout=10)
-        await asyncio.sleep(OUTAGE - (time.monotonic() - stopped_at))
+        await let_time_pass(OUTAGE - (time.monotonic() - stopped_at))
         await stoppable_postgres.start()
         back = time.monotonic()
         back_at = datetime.now(UTC)
@@ -131,12 +131,12 @@ async def test_every_connection_killed_again_and_again_leaves_the_node_running_a
     database = make_url(postgres_url).database
     assert database is not None
     async with fault_run(postgres_url, tmp_path, user_service) as run:
-        await asyncio.sleep(2)
+        await run.fired()
         through, deadline = await run.start_work()
         killed = []
         for _ in range(rounds):
             killed.append(await _terminate_all(postgres_server.admin_dsn, database))
-            await asyncio.sleep(pause)
+            await let_time_pass(pause)
         over = time.monotonic()
         over_at = datetime.now(UTC)
         await run.wait_ready_again(over)
@@ -190,13 +190,13 @@ async def test_sqlite_locked_by_another_writer_past_the_busy_timeout_is_retried_
     user_service.durations = {"tick": 0.2, "through": LOCK_HELD + THROUGH_AFTER, "deadline": 60.0}
     path = tmp_path / "ecron.db"
     async with fault_run(f"sqlite+aiosqlite:///{path}", tmp_path, user_service) as run:
-        await asyncio.sleep(2)
+        await run.fired()
         through = await run_now(run.node, "through")
         await wait_for(lambda: _status_is(run.node, through, "RUNNING"), timeout=10)
         blocker = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
         try:
             await asyncio.to_thread(blocker.execute, "BEGIN IMMEDIATE")
-            await asyncio.sleep(LOCK_HELD)
+            await let_time_pass(LOCK_HELD)
             blocker.execute("ROLLBACK")
         finally:
             blocker.close()
@@ -277,14 +277,14 @@ async def test_a_full_disk_fails_writes_with_a_clear_error_and_work_resumes_once
     with small_disk(tmp_path / "disk", "16m") as disk:
         path = disk / "ecron.db"
         async with fault_run(f"sqlite+aiosqlite:///{path}", tmp_path, user_service) as run:
-            await asyncio.sleep(2)
+            await run.fired()
             through = await run_now(run.node, "through")
             await wait_for(lambda: _status_is(run.node, through, "RUNNING"), timeout=10)
             filler = fill(disk)
             full_at = time.monotonic()
             await wait_for(lambda: _disk_full_logged(run.node), timeout=30, interval=0.2)
             print(f"\nfirst 'disk is full' logged {time.monotonic() - full_at:.2f}s after filling")
-            await asyncio.sleep(FULL)
+            await let_time_pass(FULL)
             filler.unlink()
             freed = datetime.now(UTC)
             ended, code, rows = await settle_and_read(run, freed, [through], timeout=60)

@@ -15,10 +15,8 @@ checks can count starts per remote id, not POSTs.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
-import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -30,7 +28,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from tests.support.examples import load_example
-from tests.support.service import UserService
+from tests.support.service import UserService, wait_for
 
 job_service = load_example("job_service.py")
 callback_service = load_example("callback_service.py")
@@ -118,24 +116,31 @@ def balancer(targets: Callable[[], list[str]]) -> web.Application:
             for key, value in request.headers.items()
             if key in ("Authorization", "Content-Type")
         }
-        deadline = time.monotonic() + BALANCER_HOLD
         session: aiohttp.ClientSession = request.app[SESSION]
-        while True:
+
+        async def answered() -> list[web.Response]:
+            """The first node's answer (in a list: a response is an empty mapping, falsy)."""
             for base in targets():
                 try:
                     async with session.post(
                         f"{base}{request.path_qs}", data=body, headers=headers
                     ) as answer:
-                        return web.Response(
-                            status=answer.status,
-                            body=await answer.read(),
-                            content_type=answer.content_type,
-                        )
+                        return [
+                            web.Response(
+                                status=answer.status,
+                                body=await answer.read(),
+                                content_type=answer.content_type,
+                            )
+                        ]
                 except (aiohttp.ClientError, TimeoutError):
                     continue
-            if time.monotonic() > deadline:
-                return web.json_response({"error": "no ecron node answers"}, status=503)
-            await asyncio.sleep(BALANCER_RETRY)
+            return []
+
+        try:
+            [response] = await wait_for(answered, timeout=BALANCER_HOLD, interval=BALANCER_RETRY)
+        except AssertionError:
+            return web.json_response({"error": "no ecron node answers"}, status=503)
+        return response
 
     async def session_context(app: web.Application) -> AsyncIterator[None]:
         timeout = aiohttp.ClientTimeout(total=5)

@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -152,12 +151,20 @@ async def wait_ready(node: Node, timeout: float = 30.0) -> None:
 
 async def wait_exit(node: Node, timeout: float) -> int:
     """Wait (without blocking the event loop) until ``node``'s process ends; its exit status."""
-    deadline = time.monotonic() + timeout
-    while node.process.poll() is None:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{node.name} still running after {timeout}s\n{node.log_tail()}")
-        await asyncio.sleep(0.05)
+    try:
+        await wait_for(lambda: node.process.poll() is not None, timeout=timeout, interval=0.05)
+    except AssertionError as exc:
+        raise AssertionError(f"{node.name} still running: {exc}\n{node.log_tail()}") from exc
     return node.process.returncode
+
+
+async def let_time_pass(seconds: float) -> None:
+    """Let ``seconds`` of wall-clock time pass while real nodes run: what only real time can
+    show of real processes (a window of fire times, an outage or a node kept down for so
+    long, the pace of kills or probes). Real processes cannot run on a test's clock, so this
+    is the one sleep of the process-level tests (grep its callers to see each); every other
+    wait there is for a condition (``wait_for``, ``wait_ready``, ``wait_exit``)."""
+    await asyncio.sleep(seconds)
 
 
 async def stop_node(node: Node, timeout: float = 20.0) -> int:

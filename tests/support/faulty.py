@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from tests.support.service import held_back
+
 Answer = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
 
 MIB = 1024 * 1024
@@ -45,7 +47,7 @@ def endless_body(status: int = 200, chunk: int = 64 * 1024, pause: float = 0.0) 
             await response.write(REPORT_START)
             while True:
                 await response.write(piece)
-                await asyncio.sleep(pause)
+                await held_back(pause)
         return response
 
     return answer
@@ -120,7 +122,7 @@ class RawService:
             for byte in lines:
                 writer.write(bytes([byte]))
                 await writer.drain()
-                await asyncio.sleep(self.trickle)
+                await held_back(self.trickle)
             number += 1
             lines = f"X-Padding-{number}: {'a' * 8}\r\n".encode()
 

@@ -7,12 +7,14 @@ import os
 import shutil
 import socket
 import subprocess
-import time
+import threading
+from collections import deque
 from dataclasses import dataclass, field
+from typing import IO
 
 import pytest
 
-#: How long a starting server has to answer PING.
+#: How long a starting server has to say that it accepts connections.
 START_TIMEOUT = 10.0
 
 
@@ -31,14 +33,28 @@ def free_port() -> int:
         return port
 
 
-def _pings(port: int) -> bool:
-    """True when a server on ``port`` answers PING (the inline command) with PONG."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(64).startswith(b"+PONG")
-    except OSError:
-        return False
+#: The line a server logs once it accepts connections.
+READY = b"Ready to accept connections"
+
+
+@dataclass
+class ServerLog:
+    """What a server said so far: its last lines, and whether it said it is ready."""
+
+    tail: deque[bytes] = field(default_factory=lambda: deque(maxlen=20))
+    ready: bool = False
+    #: Set when it says it is ready, or when its log ends (it exited first).
+    told: threading.Event = field(default_factory=threading.Event)
+
+    def follow(self, stream: IO[bytes]) -> None:
+        """Read the log as it comes (so that the pipe never fills), until the server ends."""
+        with stream:
+            for line in stream:
+                self.tail.append(line)
+                if READY in line:
+                    self.ready = True
+                    self.told.set()
+        self.told.set()
 
 
 @dataclass
@@ -49,33 +65,37 @@ class RedisServer:
     binary: str
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    _log: threading.Thread | None = None
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        """Start the server and wait until it answers PING."""
+        """Start the server and wait until it says that it accepts connections (its own log
+        line, read as it comes)."""
         command = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1"]
-        command += ["--save", "", "--appendonly", "no"]
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        deadline = time.monotonic() + START_TIMEOUT
-        while not _pings(self.port):
-            if self.process.poll() is not None:
-                raise AssertionError(f"redis-server exited with {self.process.returncode}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise AssertionError(f"redis-server did not answer PING in {START_TIMEOUT}s")
-            time.sleep(0.01)
+        command += ["--save", "", "--appendonly", "no", "--loglevel", "notice"]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        assert self.process.stdout is not None
+        log = ServerLog()
+        self._log = threading.Thread(target=log.follow, args=(self.process.stdout,), daemon=True)
+        self._log.start()
+        log.told.wait(START_TIMEOUT)
+        if not log.ready:
+            self.stop()
+            said = b"".join(log.tail).decode(errors="replace")
+            raise AssertionError(f"redis-server did not get ready in {START_TIMEOUT}s:\n{said}")
 
     def stop(self) -> None:
         """Kill the server (its clients see their connections closed) and wait for it."""
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
+        if self.process is not None:
             self.process.wait(timeout=10)
-        self.process = None
+        if self._log is not None:
+            self._log.join(timeout=10)  # its log ends with it: the pipe is closed then
+        self.process, self._log = None, None
 
 
 def start_redis() -> RedisServer:

@@ -46,6 +46,13 @@ class FakeClock(Clock):
         self._moved = asyncio.Event()
         return when
 
+    def advance_unseen(self, delta: timedelta) -> datetime:
+        """Move the clock on without waking what waits on it: the time has passed, and the
+        loops have not looked yet (a busy node between two rounds). What reads the clock
+        meanwhile (a callback, an API call) sees the new time."""
+        self.current += delta
+        return self.current
+
     async def sleep(self, seconds: float) -> None:
         self.current += timedelta(seconds=max(0.0, seconds))
         await asyncio.sleep(0)

@@ -1,5 +1,6 @@
 """A real user service on 127.0.0.1 for the tests: it records every call and can be told,
-per execution, how to behave. Each job runs for ``duration`` seconds of real time."""
+per execution, how to behave. Each job runs for ``duration`` seconds of real time, or of a
+test's clock (``on_clock``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+from ecron.clock import Clock
 
 Behaviour = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
 
@@ -66,6 +69,13 @@ class UserService:
     #: How many jobs each eid started (a deduping service never starts one twice).
     starts: dict[str, int] = field(default_factory=dict)
     url: str = ""
+    #: What the jobs' durations are measured on (seconds): real time, unless ``on_clock``.
+    job_time: Callable[[], float] = time.monotonic
+
+    def on_clock(self, clock: Clock) -> None:
+        """Run the jobs on ``clock`` (a test's clock): a job of N seconds is done once that
+        clock has moved N seconds past its start. Calls are still stamped in real time."""
+        self.job_time = lambda: clock.now().timestamp()
 
     def calls_for(self, eid: str, method: str | None = None) -> list[Call]:
         """Calls about ``eid`` (optionally of one method), in order."""
@@ -105,17 +115,26 @@ class UserService:
             return web.json_response({"status": "UNKNOWN"}, status=404)
         if request.method == "DELETE":
             job.cancelled = True
-        return web.json_response(job.report(time.monotonic()))
+        return web.json_response(job.report(self.job_time()))
 
     async def start(self, eid: str, kind: str | None = None) -> web.Response:
         """The normal trigger: start the job unless this eid has one (idempotent)."""
         if eid not in self.jobs:
             duration = self.durations.get(kind or "", self.duration)
-            self.jobs[eid] = Job(eid, time.monotonic(), duration)
+            self.jobs[eid] = Job(eid, self.job_time(), duration)
             self.starts[eid] = self.starts.get(eid, 0) + 1
         if self.trigger_delay:
-            await asyncio.sleep(self.trigger_delay)
-        return web.json_response(self.jobs[eid].report(time.monotonic()))
+            await held_back(self.trigger_delay)
+        return web.json_response(self.jobs[eid].report(self.job_time()))
+
+
+async def held_back(seconds: float) -> None:
+    """Hold a test service's answer back for ``seconds`` of real time: what a slow service
+    does to ecron (an answer later than its request timeout, bytes trickling in). ecron's
+    HTTP timeouts run on real time, so this cannot be a test's clock; it is the one real delay
+    of the test services, and everything else in the tests waits for an event or a
+    condition (``wait_for``), not for time to pass."""
+    await asyncio.sleep(seconds)
 
 
 async def wait_for(
