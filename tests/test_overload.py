@@ -23,7 +23,7 @@ from ecron.core import Execution, Reason, Status
 from ecron.daemon import Daemon
 from tests.conftest import task
 from tests.support.rig import Rig, rig
-from tests.support.service import UserService, wait_for
+from tests.support.service import UserService, held_back, wait_for
 
 #: Two workers and a service that answers each trigger after 0.2 s: about 10 fires a
 #: second at most (less the state writes); a hundred tasks every second is ten times that.
@@ -204,7 +204,7 @@ CEILING_WORKERS, POLL_ANSWER_AFTER, POLLED_EVERY, IN_FLIGHT = 2, 0.1, 2.0, 90
 async def slow_polls(request: web.Request) -> web.StreamResponse | None:
     """The user service answers polls only after ``POLL_ANSWER_AFTER``."""
     if request.method == "GET":
-        await asyncio.sleep(POLL_ANSWER_AFTER)
+        await held_back(POLL_ANSWER_AFTER)
     return None
 
 
