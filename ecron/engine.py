@@ -169,7 +169,7 @@ class Engine:
         """Ask ``core.next_action`` what follows what happened, and carry it out (a pushed
         report's, a call's, a start's); the execution as a stop left it, when the answer
         was to stop it now."""
-        if happened is None:
+        if happened is None or self._stale(happened):
             return None
         execution = happened.execution
         action = self._next(execution, happened.occasion)
@@ -177,6 +177,22 @@ class Engine:
             execution = self.held.get(happened.eid, execution)  # the row as read, if still ours
         inserted = None if happened.change is None else happened.change.inserted
         return await self._carry_out(happened.eid, action, execution, inserted)
+
+    def _stale(self, happened: Happened) -> bool:
+        """True when ``happened`` came of a lease this node has since taken again (a newer
+        fence, after its leases lapsed with the database away, say): what follows it is the
+        newer lease's to decide, which was planned when it was taken."""
+        held = self.held.get(happened.eid)
+        if held is None:
+            return False
+        fence: int
+        if happened.execution is not None:
+            fence = happened.execution.fence
+        elif happened.change is not None:
+            fence = happened.change.transition.before.fence
+        else:
+            return False
+        return bool(fence != held.fence)
 
     async def _replace(self, older: Iterable[Holder], by: str) -> None:
         """``concurrency: replace``: cancel the ``older`` executions, replaced by execution
@@ -387,7 +403,7 @@ class Engine:
         groups: dict[int, tuple[CallSettings, list[tuple[str, CallContext, bool]]]] = {}
         for eid, planned in job.actions:
             execution = self.held.get(eid)
-            if execution is None or eid in self.performer.stopping:
+            if execution is None or (eid, execution.fence) in self.performer.stopping:
                 continue
             try:
                 action = self._next(execution, Due(planned))

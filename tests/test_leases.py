@@ -203,3 +203,35 @@ async def test_a_takeover_that_commits_late_counts_its_lease_from_the_write_not_
     assert [e.eid for e in taken] == [orphaned.eid]
     assert taken[0].lease_until == written_at + ttl
     assert stored is not None and stored.lease_until == written_at + ttl
+
+
+async def test_a_stop_on_a_lease_this_node_let_lapse_and_took_again_holds_up_nothing(
+    database_url: str, user_service: UserService
+) -> None:
+    """The database was away: the node's leases lapsed unrenewed (it let go of its RUNNING
+    execution, fence 1) while the execution's timeout cancel was under way on that lease; it
+    took the execution again (fence 2) once the database was back. The old lease's stop finds
+    its write refused by the fence: it lets go of fence 1 only, not of the execution held on
+    fence 2, and does not hold up fence 2's own timeout cancel, which is sent once and ends
+    the execution TIMED_OUT (seen on PostgreSQL stopped for 6 s: the execution stayed
+    RUNNING, held, past its deadline, with no cancel, forever)."""
+    user_service.duration = 3600
+    t0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+    spec = task("job", f"{user_service.url}/jobs/x", task_timeout="10s", poll_interval="1h")
+    async with rig(database_url, [spec], t0) as r:
+        execution, _ = await r.commands.run_now("job")
+        await r.start_due(t0)
+        old = r.engine.held.get(execution.eid)
+        assert old is not None and old.status is Status.RUNNING and old.fence == 1
+        assert r.engine.held.forget(old.eid) is not None  # lapsed unrenewed
+        r.clock.set(t0 + timedelta(seconds=11))  # past the deadline
+        (taken,) = await r.parts.leases.force_claim([old.eid], r.clock.now())
+        assert taken.fence == 2
+        old_stop = asyncio.create_task(r.engine.stop(old, Status.TIMED_OUT, "timeout"))
+        r.engine.adopt(taken)
+        assert await old_stop is None  # its write was refused: nothing followed from it
+        ended = await wait_for(lambda: r.status_is(old.eid, Status.TIMED_OUT), timeout=10)
+        held = r.engine.held.get(old.eid)
+    assert ended
+    assert held is None  # ended, booked, let go
+    assert user_service.methods_for(old.eid).count("DELETE") == 1

@@ -57,7 +57,7 @@ _T = TypeVar("_T")
 
 
 def batch_key(
-    execution: Execution | None, calls: Calls, stopping: Container[str], now: datetime
+    execution: Execution | None, calls: Calls, stopping: Container[tuple[str, int]], now: datetime
 ) -> BatchKey | None:
     """What a due look at ``execution`` is batched by; None when it is not simply a poll of
     a batch-polled call: it may have ended, time out, be pushed or stopping, or its task be
@@ -70,7 +70,7 @@ def batch_key(
         return None
     if call.batch_poll_url is None or call.pushed or execution.cancel_sent_at is not None:
         return None
-    if execution.eid in stopping or deadline_passed(execution, now):
+    if (execution.eid, execution.fence) in stopping or deadline_passed(execution, now):
         return None
     return (execution.task, ctx.step_number, id(call), call.batch_poll_url)
 

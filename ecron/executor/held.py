@@ -49,11 +49,15 @@ class Held(Mapping[str, Execution]):
             self._by_eid[stored.eid] = stored
             self._index(current, stored)
 
-    def forget(self, eid: str) -> Execution | None:
-        """Stop holding ``eid``; what was held, if anything."""
-        execution = self._by_eid.pop(eid, None)
-        if execution is not None:
-            self._index(execution, None)
+    def forget(self, eid: str, fence: int | None = None) -> Execution | None:
+        """Stop holding ``eid``; what was held, if anything. With ``fence``, only the lease
+        of that fence is let go: an execution this node took again since (a newer fence) is
+        kept."""
+        execution = self._by_eid.get(eid)
+        if execution is None or (fence is not None and execution.fence != fence):
+            return None
+        del self._by_eid[eid]
+        self._index(execution, None)
         return execution
 
     def active_of(self, task: str) -> set[str]:

@@ -59,8 +59,9 @@ class Retrying:
 
 class Performer:
     """Makes the calls of the executions this node drives; see the module docstring.
-    ``stopping``: the executions whose stop is under way here (never polled or triggered
-    again meanwhile)."""
+    ``stopping``: the executions whose stop is under way here, by eid and the fence of the
+    lease it is made on (never polled or triggered again meanwhile on that lease; a stop on
+    a lease lost since does not hold up the newer lease's)."""
 
     def __init__(self, *, recorder: Recorder, caller: HttpCaller, clock: Clock) -> None:
         self.recorder = recorder
@@ -70,7 +71,7 @@ class Performer:
         self.node_id = recorder.node_id
         self.caller = caller
         self.clock = clock
-        self.stopping: set[str] = set()
+        self.stopping: set[tuple[str, int]] = set()
 
     # -- triggers ---------------------------------------------------------------------------
 
@@ -104,7 +105,7 @@ class Performer:
         """Before a trigger is tried again: is the execution still this node's, not ended
         and not being cancelled?"""
         held = self.held.get(eid)
-        if held is None or eid in self.stopping:
+        if held is None or (eid, held.fence) in self.stopping:
             return False
         fresh = await self.store.get_execution(eid)
         owned = ownership(held, fresh)
@@ -173,7 +174,7 @@ class Performer:
         None when it no longer counts (a stop began while the poll was out, or this node let
         the execution go)."""
         current = self.held.get(eid)
-        if eid in self.stopping or current is None:
+        if current is None or (eid, current.fence) in self.stopping:
             return None
         if outcome.report is not None and outcome.report.warnings:
             self.recorder.warn_ignored(current, outcome.report)
@@ -211,10 +212,10 @@ class Performer:
         sent, then sent (once: whoever recorded it sends it), then the end. None when
         another stop of it is under way here; else what it came to (the execution None when
         this node let go of it). A person's cancel goes through whoever holds it."""
-        eid = execution.eid
-        if eid in self.stopping:
+        eid, lease = execution.eid, (execution.eid, execution.fence)
+        if lease in self.stopping:
             return None
-        self.stopping.add(eid)
+        self.stopping.add(lease)
         owner = status is Status.TIMED_OUT
         try:
             with about(execution, self.node_id):
@@ -231,4 +232,4 @@ class Performer:
                 change = await self.recorder.record(execution, event, as_owner=owner)
                 return Happened(eid, change.stored, Recorded(change.transition), change)
         finally:
-            self.stopping.discard(eid)
+            self.stopping.discard(lease)

@@ -136,7 +136,8 @@ class Recorder:
             fresh = await self.store.get_execution(before.eid)
             owned = ownership(execution, fresh) if as_owner else _unowned(fresh)
             if owned is Ownership.LOST:
-                self.let_go(execution.eid, "the lease moved on" if fresh else "the row is gone")
+                why = "the lease moved on" if fresh else "the row is gone"
+                self.let_go(execution.eid, why, execution.fence)
                 return Change(transition, None)
             assert fresh is not None
             if owned is Ownership.ENDED:
@@ -154,7 +155,7 @@ class Recorder:
         say it, followed as ``record`` does (or let go, when its compare failed)."""
         before, after, stored = written
         if stored is None:
-            self.let_go(before.eid, "the lease moved on")
+            self.let_go(before.eid, "the lease moved on", before.fence)
             return Change(Transition(before, after), None)
         transition = Transition(before, after)
         self.written(transition, stored)
@@ -230,18 +231,21 @@ class Recorder:
                 detail=warning,
             )
 
-    def let_go(self, eid: str, why: str) -> None:
-        """This node no longer drives ``eid``."""
-        if self.held.forget(eid) is not None:
+    def let_go(self, eid: str, why: str, fence: int | None = None) -> None:
+        """This node no longer drives ``eid`` (with ``fence``: on that lease; see
+        ``Held.forget``)."""
+        if self.held.forget(eid, fence) is not None:
             log.debug("execution_let_go", execution_id=eid, reason=why)
             self._lost_leases.inc()
 
     async def close(self, timeout: float = 2.0) -> None:
-        """Let the rows being read again be read (the daemon stops)."""
+        """Let the rows being read again be read, then close the writer (the daemon
+        stops)."""
         if self._background:
             await asyncio.wait(set(self._background), timeout=timeout)
         for task in list(self._background):
             task.cancel()
+        await self.writer.close()
 
     def _lost_behind(self, before: Execution, after: Execution) -> None:
         """A write-behind change lost its compare: read the row again (in the background)."""
@@ -260,9 +264,10 @@ class Recorder:
             return
         owned = ownership(held, fresh)
         if owned is Ownership.LOST:
-            self.let_go(lost.eid, "the lease moved on" if fresh else "the row is gone")
+            why = "the lease moved on" if fresh else "the row is gone"
+            self.let_go(lost.eid, why, held.fence)
         elif owned is Ownership.ENDED:
-            self.held.forget(lost.eid)
+            self.held.forget(lost.eid, held.fence)
         else:
             assert fresh is not None
             self.held.hold(fresh)  # the change is lost; the next report carries it again

@@ -231,6 +231,16 @@ class StateWriter:
             await asyncio.wait({self._flusher}, timeout=timeout)
         return self.backlog == 0 and (self._flusher is None or self._flusher.done())
 
+    async def close(self) -> None:
+        """Cut off what ``drain`` left (the daemon stops, the database too slow to take the
+        last writes within the grace): its transactions are rolled back and their
+        connections returned before the store closes, none left to the garbage collector."""
+        left = [task for task in (self._flusher, *self._flights) if task and not task.done()]
+        for task in left:
+            task.cancel()
+        if left:
+            await asyncio.wait(left)
+
 
 def _state(execution: Execution) -> tuple[int, int]:
     """Which stored state an execution is: its version under its lease (fence). A takeover

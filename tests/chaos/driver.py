@@ -316,7 +316,11 @@ def problems(run: Run) -> dict[str, list[str]]:
         ),
         "job service log": []
         if run.job_log_starts == run.job_service_starts
-        else ["the job service's log and its starts disagree"],
+        else [
+            "the job service's log and its starts disagree: "
+            f"log-only {run.job_log_starts - run.job_service_starts}, "
+            f"starts-only {run.job_service_starts - run.job_log_starts}"
+        ],
         "exit codes": [str(code) for code in run.exit_codes if code != 0],
         "adoption": []
         if run.adopted_after <= LEASE_TTL + POLL_INTERVAL + MARGIN

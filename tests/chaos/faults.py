@@ -218,7 +218,12 @@ async def settle_and_read(
     the executions ``eids`` are final, then stop the node; when that was seen, the node's
     exit status, and every execution row."""
     await run.wait_new_fire_time_done(since)
-    await wait_for(lambda: all_final(run.database_url, eids), timeout=timeout, interval=0.2)
+    try:
+        await wait_for(lambda: all_final(run.database_url, eids), timeout=timeout, interval=0.2)
+    except AssertionError:
+        rows = await rows_of(run.database_url)
+        seen = {eid: rows.get(eid) for eid in eids}
+        raise AssertionError(f"not final: {seen}\n{run.node.log_tail(60)}") from None
     ended = datetime.now(UTC)
     code, rows = await stop_and_read(run)
     return ended, code, rows

@@ -89,16 +89,21 @@ class _LogLines(logging.Handler):
 
 def _recording(name: str, jobs: Callable[[], dict[tuple[str, str], Any]], log: StartLog) -> Any:
     """A middleware that records each POST after which the service holds a job it did not
-    hold before: a start."""
+    hold before: a start. Two POSTs of one id that overlap (a killed node's trigger still in
+    flight and its adopter's) both see no job before and the one job after: that job is
+    recorded once, as the service started it once."""
+    recorded: dict[int, Any] = {}  # by id, each job kept so that its id is not reused
 
     @web.middleware
     async def record(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.method != "POST":
             return await handler(request)
         key = (request.match_info.get("kind", ""), request.headers.get("X-Ecron-Execution-Id", ""))
-        known = key in jobs()
+        before = jobs().get(key)
         response = await handler(request)
-        if not known and key in jobs():
+        after = jobs().get(key)
+        if after is not None and after is not before and id(after) not in recorded:
+            recorded[id(after)] = after
             log.record(name, request.headers)
         return response
 
