@@ -26,7 +26,7 @@ from ecron.errors import Conflict, NotFound, NothingToResume
 from ecron.executor.perform import Happened
 from ecron.ids import new_eid
 from ecron.logs import about
-from ecron.planning import Begin, Decline, Refuse, new_steps, plan_resume, resumable
+from ecron.planning import Begin, Decline, Refuse, Wait, new_steps, plan_resume, resumable
 from ecron.starts import StartResult
 from ecron.store.base import Store, TaskState
 
@@ -110,7 +110,7 @@ class Commands:
         if isinstance(decision, Decline):
             active = await self.store.get_execution(decision.active.eid)
             return None if active is None else (active, False)
-        if isinstance(decision, Begin) and change is not None and change.stored is not None:
+        if isinstance(decision, Begin | Wait) and change is not None and change.stored is not None:
             return change.stored, True
         return None
 

@@ -53,7 +53,7 @@ from ecron.executor.perform import Happened, Performer, Retrying
 from ecron.executor.recorder import Recorder
 from ecron.executor.runner import Executor, Job
 from ecron.logs import about
-from ecron.planning import Defer
+from ecron.planning import Defer, Wait
 from ecron.starts import Asked, StartRequest, StartResult, Starts
 
 log = structlog.get_logger(__name__)
@@ -104,6 +104,8 @@ class Engine:
         self._background: set[asyncio.Task[Any]] = set()
         self._closing = asyncio.Event()
         self._starting = False
+        #: Runs held here that wait to start, by what wakes them: an end of their task's.
+        self._waiting: dict[str, set[str]] = {}
 
     # -- what the scheduler, the commands, the patrol and the API call --------------------
 
@@ -319,6 +321,8 @@ class Engine:
         counts, the chained runs), whose new runs this node holds."""
         self.held.forget(execution.eid)
         self.recorder.ended(execution)
+        if execution.status is not Status.SKIPPED:
+            self._wake(execution.task)
         try:
             follow = await self.bookkeeping.finished(execution, inserted)
         except Exception:
@@ -477,6 +481,11 @@ class Engine:
         of a skip, the replacement of older runs; and answer a run people asked for."""
         request, change, decision = result.request, result.change, result.decision
         eid = request.execution.eid
+        if isinstance(decision, Wait):
+            self._asked.answer(eid, result)
+            if change is None or change.stored is not None:  # else a new run's key was taken
+                self._wait(request.execution.task, eid, decision.until)
+            return
         if isinstance(decision, Defer) and (change is None or change.stored is not None):
             # claimed (a new run: inserted so), it starts once the older ones are cancelled;
             # a run people asked for is answered then
@@ -486,6 +495,20 @@ class Engine:
         if change is None or change.stored is None:
             return
         await self.go(Happened(eid, change.stored, Recorded(change.transition), change))
+
+    def _wait(self, task: str, eid: str, until: datetime) -> None:
+        """Run ``eid`` waits to start: decided again at ``until``, or as soon as a run of
+        ``task`` ends here (``_wake``)."""
+        self._waiting.setdefault(task, set()).add(eid)
+        self._plan(eid, Start(until), self.held.get(eid))
+
+    def _wake(self, task: str) -> None:
+        """A run of ``task`` ended here: the runs waiting for it are decided again now."""
+        now = self.clock.now()
+        for eid in self._waiting.pop(task, ()):
+            waiting = self.held.get(eid)
+            if waiting is not None and waiting.status is Status.SCHEDULED:
+                self._plan(eid, Start(now), waiting)
 
     async def _replace_then_start(self, eid: str, older: Iterable[Holder]) -> None:
         """``concurrency: replace``: cancel the older executions through the protocol, then

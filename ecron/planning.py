@@ -23,6 +23,7 @@ from ecron.core import (
     Step,
     TriggerKind,
     TriggerSent,
+    Waiting,
     apply,
     in_flight,
 )
@@ -247,7 +248,20 @@ class Defer:
     older: tuple[Holder, ...]
 
 
-StartDecision = Begin | Skip | Decline | Refuse | Defer
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """It cannot start yet: it stays claimed (SCHEDULED), waiting (``event``: what for), and
+    is decided again at ``until`` at the latest (sooner when what it waits for ends here)."""
+
+    event: Waiting
+    until: datetime
+
+
+StartDecision = Begin | Skip | Decline | Refuse | Defer | Wait
+
+#: How soon a waiting run is decided again when nothing wakes it sooner (a slot freed, or
+#: an older run ended, on another node).
+WAIT_RECHECK = timedelta(seconds=1)
 
 
 def asked_for(execution: Execution) -> bool:
@@ -279,8 +293,11 @@ def decide_start(
         return Skip(Skipped(Reason.PAUSED, gate.paused_reason or "the task is paused"))
     if misfired(execution, spec, gate, now):
         return Skip(Skipped(Reason.MISFIRE, "started too late (misfire policy)"))
-    older = tuple(other for other in gate.active if other.eid != execution.eid)
+    older = _older(execution, gate.active)
     if older and spec.concurrency == "forbid":
+        if execution.trigger_kind is TriggerKind.BACKFILL:
+            why = f"waiting for execution {older[0].eid} to end (concurrency: forbid)"
+            return Wait(Waiting(why), now + WAIT_RECHECK)
         if asked:
             return Decline(older[0])
         why = f"execution {older[0].eid} was still {older[0].status}"
@@ -288,6 +305,18 @@ def decide_start(
     if older and spec.concurrency == "replace":
         return Defer(older)
     return Begin(trigger_sent(execution, spec))
+
+
+def _older(execution: Execution, active: tuple[Holder, ...]) -> tuple[Holder, ...]:
+    """The task's runs ``execution`` comes after: the active ones, and those that wait to
+    start with an older fire time (a waiting run never waits for a younger one)."""
+    key = (execution.scheduled_at, execution.eid)
+    return tuple(
+        other
+        for other in active
+        if other.eid != execution.eid
+        and (other.status is not Status.SCHEDULED or (other.scheduled_at, other.eid) < key)
+    )
 
 
 def trigger_sent(execution: Execution, spec: TaskSpec) -> TriggerSent:
@@ -305,6 +334,8 @@ def misfired(execution: Execution, spec: TaskSpec, gate: Gate, now: datetime) ->
     policy says not to run it (see ``decide_start``)."""
     if execution.trigger_kind is not TriggerKind.SCHEDULE or spec.misfire.policy == "run_all":
         return False
+    if execution.waiting_for is not None:
+        return False  # it was on time, and waited: waiting is not a misfire
     if now - execution.scheduled_at <= spec.misfire.grace:
         return False
     if spec.misfire.policy == "skip":

@@ -24,7 +24,7 @@ from ecron.core import Execution, Gate, Holder, Status, Transition, apply
 from ecron.errors import EcronError
 from ecron.executor.recorder import Change, Recorder
 from ecron.leases import Leases
-from ecron.planning import Begin, Defer, Skip, StartDecision, decide_start, is_late
+from ecron.planning import Begin, Defer, Skip, StartDecision, Wait, decide_start, is_late
 from ecron.store.base import Started, StartWrites, Store
 
 
@@ -100,7 +100,7 @@ class Starts:
                 decided[execution.eid] = (decision, after)
                 if after is None:
                     continue
-                if after.status is Status.PENDING:
+                if after.status is Status.PENDING or after.waiting_for is not None:
                     mine.append(
                         Holder(after.eid, after.status, after.scheduled_at, after.trigger_kind)
                     )
@@ -158,6 +158,11 @@ class Starts:
         match decision:
             case Begin(event) | Skip(event):
                 after = apply(execution, event, now).after
+            case Wait(event):
+                transition = apply(execution, event, now)
+                if not transition.changed and not new:
+                    return None  # it waits for that already: nothing to write
+                after = transition.after
             case Defer() if new:
                 after = execution
             case _:

@@ -89,7 +89,17 @@ class Skipped:
     message: str
 
 
-Event = Reported | TriggerSent | TriggerFailed | ProbeFailed | CancelSent | Stopped | Skipped
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A claimed (SCHEDULED) run cannot start yet and waits (``why``: its pool is full, an
+    older run of its task is active under ``forbid``, the service said ``Retry-After``)."""
+
+    why: str
+
+
+Event = (
+    Reported | TriggerSent | TriggerFailed | ProbeFailed | CancelSent | Stopped | Skipped | Waiting
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +148,10 @@ def apply(execution: Execution, event: Event, now: datetime) -> Transition:
             return Transition(execution, execution.evolve(cancel_sent_at=now))
         case Skipped(reason, message):
             return Transition(execution, _finish(execution, Status.SKIPPED, reason, message, now))
+        case Waiting(why):
+            if execution.waiting_for == why:
+                return Transition(execution, execution, ignored="it waits for that already")
+            return Transition(execution, execution.evolve(waiting_for=why, message=why))
         case Stopped(status, acknowledged, message):
             assert status in (Status.TIMED_OUT, Status.CANCELLED), status
             after = _finish(execution, status, None, message, now, cancel_acknowledged=acknowledged)
@@ -159,11 +173,11 @@ def _refusal(execution: Execution, event: Event) -> str | None:
     if execution.cancel_sent_at is not None and isinstance(event, Reported | ProbeFailed):
         return "the cancel call was sent"
     scheduled = execution.status is Status.SCHEDULED
-    if isinstance(event, Skipped) and not scheduled:
+    if isinstance(event, Skipped | Waiting) and not scheduled:
         return "the trigger already left"
     if isinstance(event, CancelSent) and execution.cancel_sent_at is not None:
         return "the cancel call was already sent"
-    if not scheduled or isinstance(event, TriggerSent | Skipped):
+    if not scheduled or isinstance(event, TriggerSent | Skipped | Waiting):
         return None
     if isinstance(event, Stopped) and event.status is Status.CANCELLED:
         return None
@@ -187,7 +201,11 @@ def _apply_trigger_sent(
     if step_timeout is not None:
         deadline = min(deadline, now + step_timeout)
     status = Status.PENDING if execution.status is Status.SCHEDULED else execution.status
-    after = execution.evolve(status=status, triggered_at=first, deadline=deadline, probe_failures=0)
+    after = execution.evolve(
+        status=status, triggered_at=first, deadline=deadline, probe_failures=0, waiting_for=None
+    )
+    if execution.waiting_for is not None and execution.message == execution.waiting_for:
+        after = after.evolve(message=None)
     if step is not None:
         after = after.evolve(steps=_replace_step(after, replace(step, started_at=now)))
     return Transition(execution, after)

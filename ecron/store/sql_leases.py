@@ -26,6 +26,15 @@ from ecron.store.sql_tasks import can_fire
 from ecron.store.tables import execution_table, task_table
 
 _ACTIVE = [str(status) for status in ACTIVE]
+#: The runs a start counts for ``concurrency``: the active ones, and the claimed ones that
+#: wait to start (a pool's room, an older run under ``forbid``, ``Retry-After``).
+_ACTIVE_OR_WAITING = sa.or_(
+    execution_table.c.status.in_(_ACTIVE),
+    sa.and_(
+        execution_table.c.status == str(Status.SCHEDULED),
+        execution_table.c.waiting_for.is_not(None),
+    ),
+)
 _HELD = [str(status) for status in HELD]
 _HELD_SQL = ", ".join(f"'{status}'" for status in sorted(_HELD))
 #: At most this many eids go into one ``IN (...)`` list.
@@ -177,7 +186,7 @@ class LeaseOperations:
                 execution_table.c.scheduled_at,
                 execution_table.c.trigger_kind,
             )
-            .where(execution_table.c.task.in_(names), execution_table.c.status.in_(_ACTIVE))
+            .where(execution_table.c.task.in_(names), _ACTIVE_OR_WAITING)
             .order_by(execution_table.c.scheduled_at, execution_table.c.eid)
         )
         holders: dict[str, list[Holder]] = defaultdict(list)
