@@ -49,6 +49,7 @@ from ecron.errors import Conflict
 from ecron.executor.batch import batch_key
 from ecron.executor.calls import UnknownTask
 from ecron.executor.http import CallContext, HttpCaller
+from ecron.executor.pauses import pause_key
 from ecron.executor.perform import Happened, Performer, Retrying
 from ecron.executor.recorder import Recorder
 from ecron.executor.runner import Executor, Job
@@ -356,6 +357,9 @@ class Engine:
         if action is not planned:
             await self._carry_out(eid, action, execution, None)
         elif isinstance(action, Trigger):
+            if (until := self._paused(execution)) is not None:
+                self._plan(eid, Trigger(until, action.probe_first), execution)
+                return
             if not in_flight(execution).started:  # a step's: recording that it leaves first
                 await self.go(await self.performer.leave(execution))
                 return
@@ -368,6 +372,12 @@ class Engine:
             await self.go(await self.performer.listen(execution))
         else:
             await self._carry_out(eid, action, execution, None)
+
+    def _paused(self, execution: Execution) -> datetime | None:
+        """Until when a service asked this node for no trigger of ``execution``'s pool (or
+        task); None when it did not, or that moment passed."""
+        pool = self.calls.spec_of(execution.task).pool
+        return self.performer.pauses.until(pause_key(execution.task, pool))
 
     async def _retry(self, retrying: Retrying) -> None:
         """A trigger's tries after the first, in a coroutine of its own."""
@@ -484,7 +494,7 @@ class Engine:
         if isinstance(decision, Wait):
             self._asked.answer(eid, result)
             if change is None or change.stored is not None:  # else a new run's key was taken
-                self._wait(request.execution.task, eid, decision.until)
+                self._wait(self._waking(request.execution.task), eid, decision.until)
             return
         if isinstance(decision, Defer) and (change is None or change.stored is not None):
             # claimed (a new run: inserted so), it starts once the older ones are cancelled;
@@ -496,19 +506,29 @@ class Engine:
             return
         await self.go(Happened(eid, change.stored, Recorded(change.transition), change))
 
-    def _wait(self, task: str, eid: str, until: datetime) -> None:
-        """Run ``eid`` waits to start: decided again at ``until``, or as soon as a run of
-        ``task`` ends here (``_wake``)."""
-        self._waiting.setdefault(task, set()).add(eid)
+    def _waking(self, task: str) -> tuple[str, ...]:
+        """What wakes a waiting run of ``task``: an end of a run of its task, or of its
+        pool's."""
+        spec = self.calls.specs.get(task)
+        pool = None if spec is None else spec.pool
+        return (f"task:{task}",) if pool is None else (f"task:{task}", f"pool:{pool.name}")
+
+    def _wait(self, keys: tuple[str, ...], eid: str, until: datetime) -> None:
+        """Run ``eid`` waits to start: decided again at ``until``, or as soon as a run that
+        ``keys`` name ends here (``_wake``)."""
+        for key in keys:
+            self._waiting.setdefault(key, set()).add(eid)
         self._plan(eid, Start(until), self.held.get(eid))
 
     def _wake(self, task: str) -> None:
-        """A run of ``task`` ended here: the runs waiting for it are decided again now."""
+        """A run of ``task`` ended here: the runs waiting for it or its pool's room are
+        decided again now."""
         now = self.clock.now()
-        for eid in self._waiting.pop(task, ()):
-            waiting = self.held.get(eid)
-            if waiting is not None and waiting.status is Status.SCHEDULED:
-                self._plan(eid, Start(now), waiting)
+        for key in self._waking(task):
+            for eid in self._waiting.pop(key, ()):
+                waiting = self.held.get(eid)
+                if waiting is not None and waiting.status is Status.SCHEDULED:
+                    self._plan(eid, Start(now), waiting)
 
     async def _replace_then_start(self, eid: str, older: Iterable[Holder]) -> None:
         """``concurrency: replace``: cancel the older executions through the protocol, then

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from ecron.backoff import delay_after, exponential
+from ecron.clock import iso
 from ecron.config.model import TaskSpec
 from ecron.core import (
     INTERRUPTED_REASONS,
@@ -27,6 +28,8 @@ from ecron.core import (
     apply,
     in_flight,
 )
+from ecron.core.machine import RETRY_AFTER
+from ecron.core.plans import InLine, PoolGate
 from ecron.ids import new_eid, remote_id
 from ecron.schedules import Schedule, ScheduleKind, jitter_offset
 
@@ -283,7 +286,9 @@ def decide_start(
     a fire time of the schedule follows ``misfire.policy``: ``skip`` skips it; ``run_once``
     runs it only if no later fire time is claimed. An older execution still active: under
     ``forbid`` SKIPPED ``overlap`` (a run people asked for is answered by the active one);
-    under ``replace`` the older ones are cancelled first (``Defer``).
+    under ``replace`` the older ones are cancelled first (``Defer``); a backfilled run waits
+    for them under ``forbid`` (``Wait``: none is SKIPPED). Then the service's ``Retry-After``
+    and the pool (``room_in_pool``): a run that finds either closed waits, SCHEDULED.
     """
     asked = asked_for(execution)
     if spec is None or gate.retired:
@@ -297,14 +302,53 @@ def decide_start(
     if older and spec.concurrency == "forbid":
         if execution.trigger_kind is TriggerKind.BACKFILL:
             why = f"waiting for execution {older[0].eid} to end (concurrency: forbid)"
-            return Wait(Waiting(why), now + WAIT_RECHECK)
+            return Wait(Waiting(CONCURRENCY, why), now + WAIT_RECHECK)
         if asked:
             return Decline(older[0])
         why = f"execution {older[0].eid} was still {older[0].status}"
         return Skip(Skipped(Reason.OVERLAP, why))
     if older and spec.concurrency == "replace":
         return Defer(older)
+    held_back = gate.pool.paused_until if gate.pool is not None else gate.held_back_until
+    if held_back is not None and now < held_back:
+        why = f"the service asked for no trigger before {iso(held_back)} (Retry-After)"
+        return Wait(Waiting(RETRY_AFTER, why), held_back)
+    if gate.pool is not None and (wait := room_in_pool(execution, gate.pool, now)) is not None:
+        return wait
     return Begin(trigger_sent(execution, spec))
+
+
+#: ``waiting_for`` of a run that waits for its pool's room or pace.
+POOL = "pool"
+#: ``waiting_for`` of a backfilled run that waits for an older one under ``forbid``.
+CONCURRENCY = "concurrency"
+
+
+def in_line(execution: Execution) -> InLine:
+    """Where ``execution`` stands in its pool's line: live fire times before backfilled
+    ones, then the oldest fire time first."""
+    backfilled = execution.trigger_kind is TriggerKind.BACKFILL
+    return (backfilled, execution.scheduled_at, execution.eid)
+
+
+def room_in_pool(execution: Execution, pool: PoolGate, now: datetime) -> Wait | None:
+    """None when ``execution`` may start now in ``pool``; else how it waits. A run starts
+    when fewer than ``max_running`` of the pool's executions are active, counting the runs
+    ahead of it in the pool's line as started (they go first), and when ``max_per_second``
+    lets a trigger leave now; else it waits: for a slot, decided again within
+    ``WAIT_RECHECK`` (at once when one frees on this node); for the pace, until its turn."""
+    place = in_line(execution)
+    ahead = sum(1 for other in pool.line if other < place and other[2] != execution.eid)
+    if pool.max_running is not None and pool.running + ahead >= pool.max_running:
+        why = f"waiting for pool {pool.name} ({pool.running} of {pool.max_running} running)"
+        return Wait(Waiting(POOL, why), now + WAIT_RECHECK)
+    due = pool.next_trigger_at
+    if pool.max_per_second is not None and due is not None and (ahead or due > now):
+        turn = max(due, now) + timedelta(seconds=ahead / pool.max_per_second)
+        if turn > now:
+            why = f"waiting for pool {pool.name} (max_per_second: {pool.max_per_second:g})"
+            return Wait(Waiting(POOL, why), turn)
+    return None
 
 
 def _older(execution: Execution, active: tuple[Holder, ...]) -> tuple[Holder, ...]:

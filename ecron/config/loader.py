@@ -10,6 +10,7 @@ these rules.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import typing
@@ -24,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 from ecron.config.links import check_chains, check_reach
 from ecron.config.messages import HIDDEN, SECRET_PATH, Problems, explain, join, kind
 from ecron.config.model import Config, DaemonSettings, StepSpec, TaskSpec
-from ecron.config.rules import CALENDAR_NAME, CalendarSpec
+from ecron.config.rules import CALENDAR_NAME, CalendarSpec, PoolSpec
 from ecron.errors import ConfigError
 from ecron.schedules import on_key
 
@@ -39,6 +40,16 @@ _VARIABLE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?", re.DOTALL)
 _SQLITE = "sqlite+aiosqlite:///"
 #: Named calendars: name -> (the calendar, or None where its definition is wrong; its file).
 _Calendars = dict[str, tuple[CalendarSpec | None, str]]
+#: Named pools, likewise.
+_Pools = dict[str, tuple[PoolSpec | None, str]]
+
+
+@dataclasses.dataclass
+class _Named:
+    """What the files define by name for the tasks to use: calendars and pools."""
+
+    calendars: _Calendars = dataclasses.field(default_factory=dict)
+    pools: _Pools = dataclasses.field(default_factory=dict)
 
 
 def load_config(
@@ -56,15 +67,18 @@ def load_config(
     if not root.is_dir():
         raise ConfigError([f"{directory}: is not a directory (expected ecron.yaml and tasks/)."])
     problems: list[str] = []
-    calendars: _Calendars = {}
-    daemon = _load_daemon(root, env, problems, calendars)
+    named = _Named()
+    daemon = _load_daemon(root, env, problems, named)
     files: dict[str, str] = {}  # task name -> the file that declares it
-    tasks = _load_tasks(root, env, problems, calendars, files)
+    tasks = _load_tasks(root, env, problems, named, files)
     problems += check_chains(tasks, files) + check_reach(tasks, files, now or datetime.now(UTC))
     if problems or daemon is None:
         raise ConfigError(problems)
-    named = {name: spec for name, (spec, _) in calendars.items() if spec is not None}
-    return Config(directory=str(root.resolve()), daemon=daemon, tasks=tasks, calendars=named)
+    calendars = {name: spec for name, (spec, _) in named.calendars.items() if spec is not None}
+    pools = {name: spec for name, (spec, _) in named.pools.items() if spec is not None}
+    return Config(
+        directory=str(root.resolve()), daemon=daemon, tasks=tasks, calendars=calendars, pools=pools
+    )
 
 
 def environment_overrides(environ: Mapping[str, str]) -> dict[tuple[str, ...], tuple[str, str]]:
@@ -88,6 +102,8 @@ def environment_overrides(environ: Mapping[str, str]) -> dict[tuple[str, ...], t
 FILE_ONLY_KEYS = frozenset({"notify"})
 #: The top-level key of named calendars, in ecron.yaml and in task files.
 CALENDARS = "calendars"
+#: The top-level key of named pools, in ecron.yaml and in task files.
+POOLS = "pools"
 
 
 def _daemon_keys() -> list[tuple[str, ...]]:
@@ -115,7 +131,7 @@ def settings_model(annotation: Any) -> type[BaseModel] | None:
 
 
 def _load_daemon(
-    root: Path, env: Mapping[str, str], problems: list[str], calendars: _Calendars
+    root: Path, env: Mapping[str, str], problems: list[str], named: _Named
 ) -> DaemonSettings | None:
     raw: Any = None  # a missing or empty file: every default
     if (root / DAEMON_FILE).exists():
@@ -124,7 +140,9 @@ def _load_daemon(
             problems.append(f"{DAEMON_FILE}: must be a mapping of settings, not {kind(raw)}.")
     raw = raw if isinstance(raw, dict) else {}
     if CALENDARS in raw:
-        _load_calendars(raw.pop(CALENDARS), DAEMON_FILE, env, problems, calendars)
+        _load_calendars(raw.pop(CALENDARS), DAEMON_FILE, env, problems, named.calendars)
+    if POOLS in raw:
+        _load_pools(raw.pop(POOLS), DAEMON_FILE, env, problems, named.pools)
     overrides = environment_overrides(env)
     for key in overrides:
         _pop(raw, key)
@@ -182,11 +200,11 @@ def _load_tasks(
     root: Path,
     env: Mapping[str, str],
     problems: list[str],
-    calendars: _Calendars,
+    named: _Named,
     seen: dict[str, str],
 ) -> dict[str, TaskSpec]:
     """Every task of every task file (``seen``: task name -> the file that declared it
-    first), after the named calendars of all of them."""
+    first), after the named calendars and pools of all of them."""
     folder = root / TASKS_DIR
     if not folder.exists():
         return {}
@@ -201,28 +219,31 @@ def _load_tasks(
         if path.suffix == ".yml":
             problems.append(f"{rel}: is not read: task files must end in .yaml; rename it.")
         if path.suffix == ".yaml":
-            documents.append((rel, _task_items(path, rel, env, problems, calendars)))
+            documents.append((rel, _task_items(path, rel, env, problems, named)))
     tasks: dict[str, TaskSpec] = {}
     for rel, items in documents:
         for index, item in enumerate(items, start=1):
             where = f"{rel}: tasks[{index}]"
-            spec = _load_task(item, where, rel, env, problems, (seen, calendars))
+            spec = _load_task(item, where, rel, env, problems, (seen, named))
             if spec is not None:
                 tasks[spec.name] = spec
     return tasks
 
 
 def _task_items(
-    path: Path, rel: str, env: Mapping[str, str], problems: list[str], calendars: _Calendars
+    path: Path, rel: str, env: Mapping[str, str], problems: list[str], named: _Named
 ) -> list[Any]:
-    """The task items of one file (its calendars go to ``calendars``)."""
+    """The task items of one file (its calendars and pools go to ``named``)."""
     ok, raw = _read_yaml(path, rel, problems)
     if not ok:
         return []
-    if isinstance(raw, dict) and CALENDARS in raw:
-        _load_calendars(raw[CALENDARS], rel, env, problems, calendars)
+    if isinstance(raw, dict) and (CALENDARS in raw or POOLS in raw):
+        if CALENDARS in raw:
+            _load_calendars(raw[CALENDARS], rel, env, problems, named.calendars)
+        if POOLS in raw:
+            _load_pools(raw[POOLS], rel, env, problems, named.pools)
         if "tasks" not in raw:
-            raw = {**raw, "tasks": []}  # a file of calendars only
+            raw = {**raw, "tasks": []}  # a file of calendars or pools only
     if not isinstance(raw, dict) or not isinstance(raw.get("tasks"), list):
         if not isinstance(raw, dict):
             what = f"it is {kind(raw)}"
@@ -231,10 +252,10 @@ def _task_items(
         problems.append(f"{rel}: must be a mapping with a list of tasks under 'tasks', but {what}.")
         return []
     for key in raw:
-        if key not in ("tasks", CALENDARS) and not str(key).startswith("x-"):
+        if key not in ("tasks", CALENDARS, POOLS) and not str(key).startswith("x-"):
             problems.append(
                 f"{rel}: top-level key {key!r} is not known: a tasks file holds 'tasks', "
-                "'calendars' (and keys starting with 'x-', for YAML anchors)."
+                "'calendars', 'pools' (and keys starting with 'x-', for YAML anchors)."
             )
     items: list[Any] = raw["tasks"]
     return items
@@ -278,17 +299,58 @@ def _load_calendars(
         calendars[name] = (None if bad else spec, rel)
 
 
+def _load_pools(
+    raw: Any, rel: str, env: Mapping[str, str], problems: list[str], pools: _Pools
+) -> None:
+    """Validate the named pools of one file into ``pools``."""
+    if not isinstance(raw, dict):
+        problems.append(f"{rel}: field 'pools': must be a mapping of names to pools.")
+        return
+    for name, body in raw.items():
+        where = f"{rel}: pool {name!r}"
+        if not isinstance(name, str) or not CALENDAR_NAME.fullmatch(name):
+            problems.append(
+                f"{where}: is not a pool name: use lower-case letters, digits, '_', '.', "
+                "'-', starting with a letter or digit."
+            )
+            continue
+        if name in pools:
+            problems.append(
+                f"{where}: the name {name!r} is already used by a pool in "
+                f"{pools[name][1]}; pool names must be unique across all files."
+            )
+            continue
+        pools[name] = (None, rel)
+        if not isinstance(body, dict) or "name" in body:
+            what = "a 'name' key (its name is its key)" if isinstance(body, dict) else kind(body)
+            problems.append(
+                f"{where}: must be a mapping of max_running and max_per_second, not {what}."
+            )
+            continue
+        bad: Problems = []
+        data = _interpolate(body, env, "", bad)
+        problems.extend(f"{where}: field '{path}': {text}" for path, text in bad)
+        try:
+            spec = PoolSpec.model_validate({**data, "name": name})
+        except ValidationError as exc:
+            for path, text in explain(exc, PoolSpec, skip=[path for path, _ in bad]):
+                problems.append(f"{where}: field '{path}': {text}")
+            continue
+        pools[name] = (None if bad else spec, rel)
+
+
 def _load_task(
     item: Any,
     where: str,
     rel: str,
     env: Mapping[str, str],
     problems: list[str],
-    known: tuple[dict[str, str], _Calendars],
+    known: tuple[dict[str, str], _Named],
 ) -> TaskSpec | None:
     """Validate one task (``where`` names it by position until its name is known; ``known``:
-    the tasks seen so far, by the file that declared each, and the named calendars)."""
-    seen, calendars = known
+    the tasks seen so far, by the file that declared each, and the named calendars and
+    pools)."""
+    seen, named = known
     if not isinstance(item, dict):
         problems.append(f"{where}: must be a mapping of task keys, not {kind(item)}.")
         return None
@@ -303,7 +365,8 @@ def _load_task(
         seen.setdefault(name, rel)
     if isinstance(data.get("schedule"), dict):
         data["schedule"] = on_key(data["schedule"])  # YAML reads a bare ``on`` as true
-    _resolve_calendar(data, calendars, bad)
+    _resolve_calendar(data, named.calendars, bad)
+    _resolve_pool(data, named.pools, bad)
     problems.extend(f"{where}: field '{path}': {text}" for path, text in bad)
     _empty_means_unset(data, TaskSpec)
     steps = data.get("steps")
@@ -338,6 +401,31 @@ def _resolve_calendar(data: dict[str, Any], calendars: _Calendars, bad: Problems
         del data["calendar"]  # its definition is wrong: said where it is defined
     else:
         data["calendar"] = spec.model_dump(mode="json")
+
+
+def _resolve_pool(data: dict[str, Any], pools: _Pools, bad: Problems) -> None:
+    """A task's ``pool`` naming a pool becomes that pool (with its name and limits)."""
+    name = data.get("pool")
+    if name is None:
+        return
+    if not isinstance(name, str):
+        bad.append(("pool", f"must be the name of a pool defined under 'pools', not {kind(name)}."))
+        del data["pool"]
+        return
+    if name not in pools:
+        defined = ", ".join(sorted(pools)) or "none"
+        bad.append(
+            (
+                "pool",
+                f"no pool named {name!r} is defined (defined: {defined}); define it under "
+                "'pools' in ecron.yaml or a tasks file.",
+            )
+        )
+        del data["pool"]
+    elif (spec := pools[name][0]) is None:
+        del data["pool"]  # its definition is wrong: said where it is defined
+    else:
+        data["pool"] = spec.model_dump(mode="json")
 
 
 # --- YAML, interpolation, messages ------------------------------------------------------------

@@ -58,6 +58,8 @@ class TaskRow(SQLModel, table=True):
     overdue_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     enabled: bool = True
     paused: bool = False
+    #: No trigger of the task before this (``Retry-After``; a task without a pool).
+    held_back_until: datetime | None = Field(default=None, sa_type=UTCDateTime)
     paused_reason: str | None = Field(default=None, sa_type=sa.Text)
     consecutive_failures: int = 0
     retired: bool = False

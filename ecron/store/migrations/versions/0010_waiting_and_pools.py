@@ -1,5 +1,6 @@
 """``execution.waiting_for``: a claimed run that waits to start says what for (its pool's
-room, an older run under ``forbid``, the service's ``Retry-After``); and the ``pool`` table:
+room, an older run under ``forbid``, the service's ``Retry-After``); ``task.held_back_until``:
+no trigger of a task without a pool before it (``Retry-After``); and the ``pool`` table:
 what the nodes share about each pool (and each task without one) beyond its executions,
 the moment until which the service asked for no trigger (``paused_until``) and the next
 moment a trigger may leave under ``max_per_second`` (``next_trigger_at``).
@@ -23,6 +24,8 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("execution", schema=None) as batch_op:
         batch_op.add_column(sa.Column("waiting_for", sa.String(length=300), nullable=True))
+    with op.batch_alter_table("task", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("held_back_until", sa.DateTime(timezone=True), nullable=True))
     op.create_table(
         "pool",
         sa.Column("name", sa.String(length=210), primary_key=True),
@@ -33,5 +36,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("pool")
+    with op.batch_alter_table("task", schema=None) as batch_op:
+        batch_op.drop_column("held_back_until")
     with op.batch_alter_table("execution", schema=None) as batch_op:
         batch_op.drop_column("waiting_for")

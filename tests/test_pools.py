@@ -1,0 +1,106 @@
+"""Pools and back-pressure on a live daemon (DESIGN.md, "Scheduling rules": Pools;
+PROTOCOL.md, back-pressure), against a real service that keeps its jobs: how many ran at
+once, in which order they started, what each trigger was answered."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+
+from ecron.config.rules import PoolSpec
+from ecron.core import Status
+from tests.conftest import DaemonFactory, task
+from tests.protocol_support import ended, reply
+from tests.support.service import UserService, wait_for
+
+RUNS = 20
+
+
+async def run(session: aiohttp.ClientSession, port: int, name: str) -> dict[str, Any]:
+    """Ask for a run of ``name``; the execution the answer carries."""
+    async with session.post(f"http://127.0.0.1:{port}/api/v1/tasks/{name}/run") as response:
+        assert response.status == 202, await response.text()
+        answer: dict[str, Any] = await response.json()
+        return answer
+
+
+def pooled(service: UserService, name: str, pool: PoolSpec, **keys: Any) -> Any:
+    keys.setdefault("concurrency", "allow")
+    return task(name, f"{service.url}/jobs/{name}", pool=pool, poll_interval="50ms", **keys)
+
+
+async def test_two_tasks_in_a_pool_of_three_never_run_more_than_three_and_start_oldest_first(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """20 runs of two tasks of one pool (max_running 3) asked at once: never more than 3
+    jobs at the service at once, all SUCCESS, started in the order of their fire times; the
+    runs that waited said so while they waited."""
+    user_service.duration = 0.3
+    pool = PoolSpec(name="reports", max_running=3)
+    specs = [pooled(user_service, "a", pool), pooled(user_service, "b", pool)]
+    async with make_daemon(specs) as daemon, aiohttp.ClientSession() as session:
+        asked = await asyncio.gather(*(run(session, daemon.port, "ab"[n % 2]) for n in range(RUNS)))
+        waiting = [e for e in asked if e["status"] == "SCHEDULED"]
+        finals = [await ended(daemon, e["id"], timeout=30) for e in asked]
+    eids = [e["id"] for e in asked]
+    assert all(e.status is Status.SUCCESS for e in finals)
+    assert user_service.most_at_once(eids) == 3
+    started = sorted(eids, key=lambda eid: user_service.jobs[eid].started)
+    by_fire_time = [e.eid for e in sorted(finals, key=lambda e: (e.scheduled_at, e.eid))]
+    assert started == by_fire_time
+    assert len(waiting) >= RUNS - 3
+    assert all(e["message"].startswith("waiting for pool reports") for e in waiting)
+
+
+async def test_a_429_with_retry_after_pauses_the_pool_and_costs_no_attempt(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """The service answers the first trigger 429 with Retry-After: 2. No trigger of the
+    pool reaches it for those 2 s (the other task's runs asked meanwhile wait too); then the
+    refused run is triggered again with the same id, and every run ends SUCCESS at attempt
+    1, its trigger_retry budget untouched (one try allowed)."""
+    user_service.duration = 0.1
+    user_service.script["POST"] = [reply(429, {"error": "busy"}, **{"Retry-After": "2"})]
+    pool = PoolSpec(name="partner", max_running=10)
+    once = {"attempts": 1, "backoff": "100ms"}
+    specs = [
+        pooled(user_service, "a", pool, trigger_retry=once),
+        pooled(user_service, "b", pool, trigger_retry=once),
+    ]
+    async with make_daemon(specs) as daemon, aiohttp.ClientSession() as session:
+        first = await run(session, daemon.port, "a")
+        refused_at = await wait_for(lambda: _answered_429(user_service), timeout=10)
+        others = [await run(session, daemon.port, name) for name in ("a", "b", "b")]
+        eids = [first["id"], *(e["id"] for e in others)]
+        finals = [await ended(daemon, eid, timeout=20) for eid in eids]
+    posts = [c for c in user_service.calls if c.method == "POST"]
+    after = [c for c in posts if c.at > refused_at]
+    assert after and min(c.at for c in after) - refused_at >= 2.0 - 0.05
+    assert [e.status for e in finals] == [Status.SUCCESS] * 4
+    assert [e.attempt for e in finals] == [1] * 4
+    assert [c.eid for c in posts].count(first["id"]) == 2  # refused, then the same id again
+    assert all(user_service.methods_for(eid).count("DELETE") == 0 for eid in eids)
+
+
+def _answered_429(service: UserService) -> float | None:
+    """When the scripted 429 was taken (the first POST's time), or None before."""
+    if service.script["POST"]:
+        return None
+    return next(c.at for c in service.calls if c.method == "POST")
+
+
+async def test_a_run_still_held_back_at_its_deadline_times_out_without_a_cancel(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """The service keeps answering 429 Retry-After: 1 past the run's 1.5 s task_timeout:
+    the run ends TIMED_OUT, and no cancel call is sent (nothing was started)."""
+    user_service.script["POST"] = [reply(429, {}, **{"Retry-After": "1"}) for _ in range(10)]
+    spec = task("job", f"{user_service.url}/jobs/x", task_timeout="1500ms")
+    async with make_daemon([spec]) as daemon, aiohttp.ClientSession() as session:
+        eid = (await run(session, daemon.port, "job"))["id"]
+        final = await ended(daemon, eid, timeout=10)
+    assert final.status is Status.TIMED_OUT
+    assert "DELETE" not in user_service.methods_for(eid)
+    assert user_service.methods_for(eid).count("POST") >= 2
