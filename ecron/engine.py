@@ -21,6 +21,7 @@ from typing import Any
 import structlog
 
 from ecron.bookkeeping import Bookkeeping
+from ecron.capacity import Wait
 from ecron.clock import Clock, Wakeup
 from ecron.config.model import CallSettings
 from ecron.core import Execution, Holder, Status, deadline_passed, in_flight
@@ -49,12 +50,12 @@ from ecron.errors import Conflict
 from ecron.executor.batch import batch_key
 from ecron.executor.calls import UnknownTask
 from ecron.executor.http import CallContext, HttpCaller
-from ecron.executor.pauses import pause_key
 from ecron.executor.perform import Happened, Performer, Retrying
 from ecron.executor.recorder import Recorder
 from ecron.executor.runner import Executor, Job
+from ecron.executor.waiters import Waiters
 from ecron.logs import about
-from ecron.planning import Defer, Wait
+from ecron.planning import Defer
 from ecron.starts import Asked, StartRequest, StartResult, Starts
 
 log = structlog.get_logger(__name__)
@@ -105,8 +106,8 @@ class Engine:
         self._background: set[asyncio.Task[Any]] = set()
         self._closing = asyncio.Event()
         self._starting = False
-        #: Runs held here that wait to start, by what wakes them: an end of their task's.
-        self._waiting: dict[str, set[str]] = {}
+        #: Runs held here that wait to start, by what wakes them.
+        self._waiting = Waiters(recorder.calls)
 
     # -- what the scheduler, the commands, the patrol and the API call --------------------
 
@@ -126,18 +127,8 @@ class Engine:
         self.executor.wake()
 
     def load(self) -> dict[str, Any]:
-        """How loaded this node is (``/readyz``'s body, the metrics): ``saturated`` while
-        due polls wait over a second for a worker (past the polling ceiling: polls stretch
-        evenly, the API keeps its share), how long the oldest has waited, how many wait,
-        and how many polls may be out at once now."""
-        now = self.clock.now()
-        executor = self.executor
-        return {
-            "saturated": executor.saturated(now),
-            "poll_delay_seconds": round(executor.oldest_poll_wait(now).total_seconds(), 3),
-            "polls_waiting": executor.backlog_of_polls,
-            "poll_pace": executor.pace.limit,
-        }
+        """How loaded this node is now (``Executor.load``)."""
+        return self.executor.load(self.clock.now())
 
     def hold(self, executions: Iterable[Execution]) -> None:
         """Take executions this node claimed (fire times, retries, chained runs): each starts
@@ -186,27 +177,7 @@ class Engine:
         fence, after its leases lapsed with the database away, say): what follows it is the
         newer lease's to decide, which was planned when it was taken."""
         held = self.held.get(happened.eid)
-        if held is None:
-            return False
-        fence: int
-        if happened.execution is not None:
-            fence = happened.execution.fence
-        elif happened.change is not None:
-            fence = happened.change.transition.before.fence
-        else:
-            return False
-        return bool(fence != held.fence)
-
-    async def _replace(self, older: Iterable[Holder], by: str) -> None:
-        """``concurrency: replace``: cancel the ``older`` executions, replaced by execution
-        ``by`` (those that ended meanwhile are left alone)."""
-        for other in older:
-            execution = self.held.get(other.eid) or await self.store.get_execution(other.eid)
-            if execution is None or execution.is_final:
-                continue
-            stopped = await self.stop(execution, Status.CANCELLED, f"replaced by execution {by}")
-            if stopped is not None and stopped.status is Status.CANCELLED:
-                log.info("execution_replaced", execution_id=other.eid, replaced_by=by)
+        return held is not None and happened.fence not in (None, held.fence)
 
     # -- running ----------------------------------------------------------------------------
 
@@ -322,8 +293,10 @@ class Engine:
         counts, the chained runs), whose new runs this node holds."""
         self.held.forget(execution.eid)
         self.recorder.ended(execution)
-        if execution.status is not Status.SKIPPED:
-            self._wake(execution.task)
+        if execution.status is not Status.SKIPPED:  # it held room: the runs waiting go now
+            for eid in self._waiting.woken(execution.task):
+                if (waiting := self.held.get(eid)) and waiting.status is Status.SCHEDULED:
+                    self._plan(eid, Start(self.clock.now()), waiting)
         try:
             follow = await self.bookkeeping.finished(execution, inserted)
         except Exception:
@@ -357,7 +330,7 @@ class Engine:
         if action is not planned:
             await self._carry_out(eid, action, execution, None)
         elif isinstance(action, Trigger):
-            if (until := self._paused(execution)) is not None:
+            if (until := self.performer.paused_until(execution)) is not None:
                 self._plan(eid, Trigger(until, action.probe_first), execution)
                 return
             if not in_flight(execution).started:  # a step's: recording that it leaves first
@@ -372,12 +345,6 @@ class Engine:
             await self.go(await self.performer.listen(execution))
         else:
             await self._carry_out(eid, action, execution, None)
-
-    def _paused(self, execution: Execution) -> datetime | None:
-        """Until when a service asked this node for no trigger of ``execution``'s pool (or
-        task); None when it did not, or that moment passed."""
-        pool = self.calls.spec_of(execution.task).pool
-        return self.performer.pauses.until(pause_key(execution.task, pool))
 
     async def _retry(self, retrying: Retrying) -> None:
         """A trigger's tries after the first, in a coroutine of its own."""
@@ -494,7 +461,7 @@ class Engine:
         if isinstance(decision, Wait):
             self._asked.answer(eid, result)
             if change is None or change.stored is not None:  # else a new run's key was taken
-                self._wait(self._waking(request.execution.task), eid, decision.until)
+                self._wait(request.execution.task, eid, decision.until)
             return
         if isinstance(decision, Defer) and (change is None or change.stored is not None):
             # claimed (a new run: inserted so), it starts once the older ones are cancelled;
@@ -506,34 +473,23 @@ class Engine:
             return
         await self.go(Happened(eid, change.stored, Recorded(change.transition), change))
 
-    def _waking(self, task: str) -> tuple[str, ...]:
-        """What wakes a waiting run of ``task``: an end of a run of its task, or of its
-        pool's."""
-        spec = self.calls.specs.get(task)
-        pool = None if spec is None else spec.pool
-        return (f"task:{task}",) if pool is None else (f"task:{task}", f"pool:{pool.name}")
-
-    def _wait(self, keys: tuple[str, ...], eid: str, until: datetime) -> None:
-        """Run ``eid`` waits to start: decided again at ``until``, or as soon as a run that
-        ``keys`` name ends here (``_wake``)."""
-        for key in keys:
-            self._waiting.setdefault(key, set()).add(eid)
+    def _wait(self, task: str, eid: str, until: datetime) -> None:
+        """Run ``eid`` waits to start: decided again at ``until``, or as soon as a run of its
+        task or pool ends here (``_finish``)."""
+        self._waiting.add(task, eid)
         self._plan(eid, Start(until), self.held.get(eid))
 
-    def _wake(self, task: str) -> None:
-        """A run of ``task`` ended here: the runs waiting for it or its pool's room are
-        decided again now."""
-        now = self.clock.now()
-        for key in self._waking(task):
-            for eid in self._waiting.pop(key, ()):
-                waiting = self.held.get(eid)
-                if waiting is not None and waiting.status is Status.SCHEDULED:
-                    self._plan(eid, Start(now), waiting)
-
     async def _replace_then_start(self, eid: str, older: Iterable[Holder]) -> None:
-        """``concurrency: replace``: cancel the older executions through the protocol, then
-        start this one (if it is still held: it may have been cancelled meanwhile)."""
-        await self._replace(older, eid)
+        """``concurrency: replace``: cancel the older executions through the protocol (those
+        that ended meanwhile are left alone), then start this one (if it is still held: it
+        may have been cancelled meanwhile)."""
+        for other in older:
+            execution = self.held.get(other.eid) or await self.store.get_execution(other.eid)
+            if execution is None or execution.is_final:
+                continue
+            stopped = await self.stop(execution, Status.CANCELLED, f"replaced by execution {eid}")
+            if stopped is not None and stopped.status is Status.CANCELLED:
+                log.info("execution_replaced", execution_id=other.eid, replaced_by=eid)
         current = self.held.get(eid)
         if current is None or current.status is not Status.SCHEDULED:
             self._asked.fail(eid, Conflict(f"execution {eid} was stopped before it started"))

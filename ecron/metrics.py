@@ -101,6 +101,18 @@ class Metrics:
             "How many polls may be out at once (fewer while the event loop runs late).",
             registry=registry,
         )
+        self.pool_running = Gauge(
+            "ecron_pool_running",
+            "Executions of the pool's tasks PENDING or RUNNING, on every node.",
+            ["pool"],
+            registry=registry,
+        )
+        self.pool_waiting = Gauge(
+            "ecron_pool_waiting",
+            "Runs of the pool's tasks waiting for its room, its pace or a Retry-After.",
+            ["pool"],
+            registry=registry,
+        )
         self.http_calls = Counter(
             "ecron_http_calls",
             "Calls to user services, by call and outcome.",

@@ -19,6 +19,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from ecron.capacity import POOL, Wait, in_line
 from ecron.clock import Clock
 from ecron.config.model import TaskSpec
 from ecron.core import Execution, Gate, Holder, Status, Transition, apply
@@ -27,17 +28,7 @@ from ecron.core.plans import PoolGate
 from ecron.errors import EcronError
 from ecron.executor.recorder import Change, Recorder
 from ecron.leases import Leases
-from ecron.planning import (
-    POOL,
-    Begin,
-    Defer,
-    Skip,
-    StartDecision,
-    Wait,
-    decide_start,
-    in_line,
-    is_late,
-)
+from ecron.planning import Begin, Defer, Skip, StartDecision, decide_start, is_late
 from ecron.store.base import Started, StartWrites, Store
 
 

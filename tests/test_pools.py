@@ -8,7 +8,10 @@ import asyncio
 from typing import Any
 
 import aiohttp
+from click.testing import CliRunner
 
+from ecron.cli import client_cmds  # noqa: F401  (registers the commands)
+from ecron.cli.group import cli
 from ecron.config.rules import PoolSpec
 from ecron.core import Status
 from tests.conftest import DaemonFactory, task
@@ -104,3 +107,53 @@ async def test_a_run_still_held_back_at_its_deadline_times_out_without_a_cancel(
     assert final.status is Status.TIMED_OUT
     assert "DELETE" not in user_service.methods_for(eid)
     assert user_service.methods_for(eid).count("POST") >= 2
+
+
+async def test_the_pools_endpoint_the_gauges_and_the_cli_show_running_and_waiting_runs(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """Five hour-long runs in a pool of 2: GET /pools shows 2 running and 3 waiting, the
+    pool's limits and tasks; so do the gauges and ``ecron pools``; a pool defined with no
+    task is listed empty."""
+    user_service.duration = 3600
+    pool = PoolSpec(name="exports", max_running=2, max_per_second=5)
+    spare = PoolSpec(name="spare", max_running=1)
+    specs = [pooled(user_service, "x", pool)]
+    async with (
+        make_daemon(specs, pools={"exports": pool, "spare": spare}) as daemon,
+        aiohttp.ClientSession() as session,
+    ):
+        for _ in range(5):
+            await run(session, daemon.port, "x")
+        api = f"http://127.0.0.1:{daemon.port}"
+
+        async def two_running() -> dict[str, Any] | None:
+            async with session.get(f"{api}/api/v1/pools") as response:
+                answer: dict[str, Any] = await response.json()
+            return answer if answer["items"][0]["running"] == 2 else None
+
+        answer = await wait_for(two_running, timeout=10)
+        async with session.get(f"{api}/metrics") as response:
+            metrics = await response.text()
+        printed = await ecron_cli(daemon, "pools")
+    exports, empty = answer["items"]
+    assert exports == {
+        "name": "exports",
+        "max_running": 2,
+        "max_per_second": 5.0,
+        "running": 2,
+        "waiting": 3,
+        "paused_until": None,
+        "tasks": ["x"],
+    }
+    assert empty["name"] == "spare" and empty["tasks"] == [] and empty["running"] == 0
+    assert 'ecron_pool_running{pool="exports"} 2.0' in metrics
+    assert 'ecron_pool_waiting{pool="exports"} 3.0' in metrics
+    assert printed.exit_code == 0, printed.output
+    assert any(line.split()[:3] == ["exports", "2/2", "3"] for line in printed.output.splitlines())
+
+
+async def ecron_cli(daemon: Any, *args: str) -> Any:
+    """``ecron ARGS`` against the daemon's API, from a thread (the daemon goes on serving)."""
+    env = {"COLUMNS": "100", "ECRON_API_URL": f"http://127.0.0.1:{daemon.port}"}
+    return await asyncio.to_thread(CliRunner().invoke, cli, list(args), env=env)

@@ -10,7 +10,6 @@ these rules.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import typing
@@ -25,6 +24,7 @@ from pydantic import BaseModel, ValidationError
 from ecron.config.links import check_chains, check_reach
 from ecron.config.messages import HIDDEN, SECRET_PATH, Problems, explain, join, kind
 from ecron.config.model import Config, DaemonSettings, StepSpec, TaskSpec
+from ecron.config.named import Calendars, Named, Pools, resolve_calendar, resolve_pool
 from ecron.config.rules import CALENDAR_NAME, CalendarSpec, PoolSpec
 from ecron.errors import ConfigError
 from ecron.schedules import on_key
@@ -38,18 +38,6 @@ ENV_ALIASES: dict[tuple[str, ...], tuple[str, ...]] = {("database",): ("ECRON_DA
 _REFERENCE = re.compile(r"\$\$\{|\$\{([^}]*)\}|\$\{")
 _VARIABLE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?", re.DOTALL)
 _SQLITE = "sqlite+aiosqlite:///"
-#: Named calendars: name -> (the calendar, or None where its definition is wrong; its file).
-_Calendars = dict[str, tuple[CalendarSpec | None, str]]
-#: Named pools, likewise.
-_Pools = dict[str, tuple[PoolSpec | None, str]]
-
-
-@dataclasses.dataclass
-class _Named:
-    """What the files define by name for the tasks to use: calendars and pools."""
-
-    calendars: _Calendars = dataclasses.field(default_factory=dict)
-    pools: _Pools = dataclasses.field(default_factory=dict)
 
 
 def load_config(
@@ -67,7 +55,7 @@ def load_config(
     if not root.is_dir():
         raise ConfigError([f"{directory}: is not a directory (expected ecron.yaml and tasks/)."])
     problems: list[str] = []
-    named = _Named()
+    named = Named()
     daemon = _load_daemon(root, env, problems, named)
     files: dict[str, str] = {}  # task name -> the file that declares it
     tasks = _load_tasks(root, env, problems, named, files)
@@ -131,7 +119,7 @@ def settings_model(annotation: Any) -> type[BaseModel] | None:
 
 
 def _load_daemon(
-    root: Path, env: Mapping[str, str], problems: list[str], named: _Named
+    root: Path, env: Mapping[str, str], problems: list[str], named: Named
 ) -> DaemonSettings | None:
     raw: Any = None  # a missing or empty file: every default
     if (root / DAEMON_FILE).exists():
@@ -200,7 +188,7 @@ def _load_tasks(
     root: Path,
     env: Mapping[str, str],
     problems: list[str],
-    named: _Named,
+    named: Named,
     seen: dict[str, str],
 ) -> dict[str, TaskSpec]:
     """Every task of every task file (``seen``: task name -> the file that declared it
@@ -231,7 +219,7 @@ def _load_tasks(
 
 
 def _task_items(
-    path: Path, rel: str, env: Mapping[str, str], problems: list[str], named: _Named
+    path: Path, rel: str, env: Mapping[str, str], problems: list[str], named: Named
 ) -> list[Any]:
     """The task items of one file (its calendars and pools go to ``named``)."""
     ok, raw = _read_yaml(path, rel, problems)
@@ -262,7 +250,7 @@ def _task_items(
 
 
 def _load_calendars(
-    raw: Any, rel: str, env: Mapping[str, str], problems: list[str], calendars: _Calendars
+    raw: Any, rel: str, env: Mapping[str, str], problems: list[str], calendars: Calendars
 ) -> None:
     """Validate the named calendars of one file into ``calendars``."""
     if not isinstance(raw, dict):
@@ -300,7 +288,7 @@ def _load_calendars(
 
 
 def _load_pools(
-    raw: Any, rel: str, env: Mapping[str, str], problems: list[str], pools: _Pools
+    raw: Any, rel: str, env: Mapping[str, str], problems: list[str], pools: Pools
 ) -> None:
     """Validate the named pools of one file into ``pools``."""
     if not isinstance(raw, dict):
@@ -345,7 +333,7 @@ def _load_task(
     rel: str,
     env: Mapping[str, str],
     problems: list[str],
-    known: tuple[dict[str, str], _Named],
+    known: tuple[dict[str, str], Named],
 ) -> TaskSpec | None:
     """Validate one task (``where`` names it by position until its name is known; ``known``:
     the tasks seen so far, by the file that declared each, and the named calendars and
@@ -365,8 +353,8 @@ def _load_task(
         seen.setdefault(name, rel)
     if isinstance(data.get("schedule"), dict):
         data["schedule"] = on_key(data["schedule"])  # YAML reads a bare ``on`` as true
-    _resolve_calendar(data, named.calendars, bad)
-    _resolve_pool(data, named.pools, bad)
+    resolve_calendar(data, named.calendars, bad)
+    resolve_pool(data, named.pools, bad)
     problems.extend(f"{where}: field '{path}': {text}" for path, text in bad)
     _empty_means_unset(data, TaskSpec)
     steps = data.get("steps")
@@ -380,52 +368,6 @@ def _load_task(
             problems.append(f"{where}: field '{path}': {text}" if path else f"{where}: {text}")
         return None
     return None if bad else spec
-
-
-def _resolve_calendar(data: dict[str, Any], calendars: _Calendars, bad: Problems) -> None:
-    """A task's ``calendar`` naming a calendar becomes that calendar (with its name)."""
-    name = data.get("calendar")
-    if not isinstance(name, str):
-        return
-    if name not in calendars:
-        defined = ", ".join(sorted(calendars)) or "none"
-        bad.append(
-            (
-                "calendar",
-                f"no calendar named {name!r} is defined (defined: {defined}); define it under "
-                "'calendars' in ecron.yaml or a tasks file, or write the calendar here.",
-            )
-        )
-        del data["calendar"]
-    elif (spec := calendars[name][0]) is None:
-        del data["calendar"]  # its definition is wrong: said where it is defined
-    else:
-        data["calendar"] = spec.model_dump(mode="json")
-
-
-def _resolve_pool(data: dict[str, Any], pools: _Pools, bad: Problems) -> None:
-    """A task's ``pool`` naming a pool becomes that pool (with its name and limits)."""
-    name = data.get("pool")
-    if name is None:
-        return
-    if not isinstance(name, str):
-        bad.append(("pool", f"must be the name of a pool defined under 'pools', not {kind(name)}."))
-        del data["pool"]
-        return
-    if name not in pools:
-        defined = ", ".join(sorted(pools)) or "none"
-        bad.append(
-            (
-                "pool",
-                f"no pool named {name!r} is defined (defined: {defined}); define it under "
-                "'pools' in ecron.yaml or a tasks file.",
-            )
-        )
-        del data["pool"]
-    elif (spec := pools[name][0]) is None:
-        del data["pool"]  # its definition is wrong: said where it is defined
-    else:
-        data["pool"] = spec.model_dump(mode="json")
 
 
 # --- YAML, interpolation, messages ------------------------------------------------------------

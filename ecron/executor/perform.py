@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 
 import structlog
@@ -49,6 +49,15 @@ class Happened:
     execution: Execution | None
     occasion: Occasion
     change: Change | None = None
+
+    @property
+    def fence(self) -> int | None:
+        """The fence of the lease it happened on (None: not known)."""
+        if self.execution is not None:
+            return self.execution.fence
+        if self.change is not None:
+            return self.change.transition.before.fence
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +146,12 @@ class Performer:
         event = trigger_event(outcome, attempt.ctx.step_number)
         change = await self.recorder.record(current, event)
         return Happened(eid, change.stored, Recorded(change.transition), change)
+
+    def paused_until(self, execution: Execution) -> datetime | None:
+        """Until when a service asked this node for no trigger of ``execution``'s pool (or
+        task); None when it did not, or that moment passed."""
+        pool = self.calls.spec_of(execution.task).pool
+        return self.pauses.until(pause_key(execution.task, pool))
 
     async def _held_back(self, execution: Execution, outcome: CallOutcome) -> Happened:
         """The service held the trigger back (``429``/``503`` with ``Retry-After``): no trigger

@@ -73,6 +73,16 @@ class Claimed:
 
 
 @dataclass(frozen=True, slots=True)
+class PoolState:
+    """Where a pool stands, on every node: its executions PENDING or RUNNING, its runs that
+    wait in its line, and until when the service asked for no trigger (``Retry-After``)."""
+
+    running: int
+    waiting: int
+    paused_until: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
 class StartWrites:
     """What a start decision writes, in its own transaction: compare-and-set writes of
     claimed executions (``(before, after)``) and new runs to insert (a run people asked
@@ -220,6 +230,10 @@ class Store(abc.ABC):
         """The service asked for no trigger before ``until`` (``Retry-After``): of ``pool``
         on every node, or of ``task`` when it has no pool. A later moment already set
         stays."""
+
+    @abc.abstractmethod
+    async def pool_states(self, pools: Mapping[str, Collection[str]]) -> dict[str, PoolState]:
+        """Where each pool of ``pools`` (name to its tasks) stands, on every node."""
 
     @abc.abstractmethod
     async def task_finished(

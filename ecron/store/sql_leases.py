@@ -23,12 +23,11 @@ from ecron.store.base import Claimed, Decider, DueTask, Planner, Started, StartW
 from ecron.store.bulk import Batch, Kind
 from ecron.store.engine import Dialect, Engines
 from ecron.store.retry import retried, retrying
+from ecron.store.sql_pools import IN_LINE
 from ecron.store.sql_tasks import can_fire
 from ecron.store.tables import execution_table, pool_table, task_table
 
 _ACTIVE = [str(status) for status in ACTIVE]
-#: ``waiting_for`` of the claimed runs that stand in their pool's line.
-_IN_LINE = ["pool", "retry-after"]
 #: The runs a start counts for ``concurrency``: the active ones, and the claimed ones that
 #: wait to start (a pool's room, an older run under ``forbid``, ``Retry-After``).
 _ACTIVE_OR_WAITING = sa.or_(
@@ -176,7 +175,7 @@ class LeaseOperations:
         ).where(
             execution_table.c.task.in_(everyone),
             execution_table.c.status == str(Status.SCHEDULED),
-            execution_table.c.waiting_for.in_(_IN_LINE),
+            execution_table.c.waiting_for.in_(IN_LINE),
         )
         for task, kind, when, eid in await conn.execute(waiting):
             line[members[task]].append((kind == str(TriggerKind.BACKFILL), when, eid))

@@ -16,7 +16,7 @@ from ecron.store.bulk import Batch, Kind
 from ecron.store.engine import Engines
 from ecron.store.mapping import to_task
 from ecron.store.retry import retried, retrying
-from ecron.store.tables import pool_table, task_table
+from ecron.store.tables import task_table
 
 _REDACTED = "***"
 
@@ -129,16 +129,6 @@ class TaskOperations:
         rows = [{"task": name, "old": old, "new": new} for name, (old, new) in moves.items()]
         async with self.engines.write() as conn:
             await conn.execute(update, rows)
-
-    @retried("hold_back")
-    async def hold_back(self, task: str, pool: str | None, until: datetime) -> None:
-        if pool is None:
-            table, key, column = task_table, task_table.c.name == task, task_table.c.held_back_until
-        else:
-            table, key, column = pool_table, pool_table.c.name == pool, pool_table.c.paused_until
-        later = sa.or_(column.is_(None), column < until)
-        async with self.engines.write() as conn:
-            await conn.execute(table.update().where(key, later).values({column.name: until}))
 
     @retried("task_finished")
     async def task_finished(
