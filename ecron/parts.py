@@ -105,14 +105,9 @@ class Parts:
             scheduler_wakeup=wakeup,
             workers=settings.poll_workers,
         )
+        node = (store, clock, settings, node_id)
         return cls._around(
-            recorder,
-            engine,
-            leases,
-            bookkeeping,
-            wakeup,
-            (store, clock, settings, node_id),
-            (specs, pools or {}),
+            recorder, engine, leases, bookkeeping, wakeup, node, (specs, pools or {})
         )
 
     @classmethod

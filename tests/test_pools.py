@@ -5,15 +5,19 @@ once, in which order they started, what each trigger was answered."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from click.testing import CliRunner
 
 from ecron.cli import client_cmds  # noqa: F401  (registers the commands)
 from ecron.cli.group import cli
+from ecron.config.loader import load_config
 from ecron.config.rules import PoolSpec
 from ecron.core import Status
+from ecron.errors import ConfigError
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, reply
 from tests.support.service import UserService, wait_for
@@ -157,3 +161,39 @@ async def ecron_cli(daemon: Any, *args: str) -> Any:
     """``ecron ARGS`` against the daemon's API, from a thread (the daemon goes on serving)."""
     env = {"COLUMNS": "100", "ECRON_API_URL": f"http://127.0.0.1:{daemon.port}"}
     return await asyncio.to_thread(CliRunner().invoke, cli, list(args), env=env)
+
+
+def test_a_task_naming_an_unknown_pool_is_an_error_naming_the_file_task_and_field(
+    tmp_path: Path,
+) -> None:
+    """``pool: NAME`` must name a pool defined under ``pools`` (in ecron.yaml or any tasks
+    file); a pool's limits are checked like any field; pools defined in a tasks file serve
+    the tasks of every file."""
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "ecron.yaml").write_text("pools:\n  reports: {max_running: 0}\n")
+    (tmp_path / "tasks" / "a.yaml").write_text(
+        "pools:\n  partner: {max_per_second: 2}\n"
+        "tasks:\n"
+        "  - {name: a, schedule: manual, url: 'http://127.0.0.1:1/x', pool: nope}\n"
+        "  - {name: b, schedule: manual, url: 'http://127.0.0.1:1/x', pool: partner}\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(tmp_path)
+    problems = caught.value.problems
+    assert any(
+        p.startswith("tasks/a.yaml: task 'a': field 'pool': no pool named 'nope' is defined")
+        and "(defined: partner, reports)" in p
+        for p in problems
+    ), problems
+    assert any(
+        p.startswith("ecron.yaml: pool 'reports': field 'max_running':") for p in problems
+    ), problems
+    assert not any("task 'b'" in p for p in problems)
+    (tmp_path / "ecron.yaml").write_text("pools:\n  reports: {max_running: 3}\n")
+    (tmp_path / "tasks" / "a.yaml").write_text(
+        "pools:\n  partner: {max_per_second: 2}\n"
+        "tasks:\n  - {name: b, schedule: manual, url: 'http://127.0.0.1:1/x', pool: partner}\n"
+    )
+    config = load_config(tmp_path)
+    assert config.tasks["b"].pool == PoolSpec(name="partner", max_per_second=2)
+    assert sorted(config.pools) == ["partner", "reports"]
