@@ -116,13 +116,15 @@ class StateWriter:
             self._pending[eid] = write
         else:
             self._later.append(write)
+        self._moved.set()
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._run(), name="ecron-state-writer")
 
     async def _run(self) -> None:
         while self._pending or self._later or self._flights:
-            if self._flights and (len(self._flights) >= self.concurrency or not self._pending):
-                await self._flight_ends()  # or a durable write comes
+            full = len(self._flights) >= self.concurrency
+            if self._flights and (full or not (self._pending or self._later)):
+                await self._next_move()  # a transaction ends, or a write comes
                 continue
             if not self._urgent.is_set() and len(self._pending) < self.max_batch:
                 with suppress(TimeoutError):
@@ -130,9 +132,8 @@ class StateWriter:
                         await self._urgent.wait()
             self._urgent.clear()
             batch = self._take()
-            if not batch:
-                if not self._flights:  # nothing can go: it waits on nothing in flight
-                    await asyncio.sleep(0)
+            if not batch:  # what is left builds on a write in flight, or on nothing
+                await (self._next_move() if self._flights else asyncio.sleep(0))
                 continue
             flight = asyncio.create_task(self._flush(batch), name="ecron-state-write")
             self._flights.add(flight)
@@ -148,11 +149,9 @@ class StateWriter:
         self._flights.discard(flight)
         self._moved.set()
 
-    async def _flight_ends(self) -> None:
-        """Wait until a transaction in flight ends, or a durable write asks to go now (one
-        event, set by both: waiting makes no task, as ``asyncio.wait`` on them would)."""
-        if self._urgent.is_set():
-            return
+    async def _next_move(self) -> None:
+        """Wait until a transaction in flight ends or a write comes (one event, set by
+        both: waiting makes no task, and never spins)."""
         self._moved.clear()
         await self._moved.wait()
 
