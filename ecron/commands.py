@@ -13,12 +13,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from datetime import datetime, timedelta
+from typing import Any
 
 import structlog
 
 from ecron.bookkeeping import PAUSE_ATTEMPTS, Bookkeeping
-from ecron.clock import Clock, Wakeup
+from ecron.capacity import Wait
+from ecron.clock import Clock, Wakeup, iso
 from ecron.config.model import TaskSpec
+from ecron.config.rules import PoolSpec
 from ecron.core import Channel, Execution, Report, Reported, Status, Transition, TriggerKind
 from ecron.core.next import Recorded
 from ecron.engine import Engine
@@ -51,6 +54,7 @@ class Commands:
         node_id: str,
         specs: Mapping[str, TaskSpec],
         scheduler_wakeup: Wakeup,
+        pools: Mapping[str, PoolSpec] | None = None,
     ) -> None:
         self.store = store
         self.engine = engine
@@ -58,6 +62,8 @@ class Commands:
         self.clock = clock
         self.node_id = node_id
         self.specs = specs
+        #: The pools the config defines (a pool no task uses yet is shown too).
+        self.pool_specs: Mapping[str, PoolSpec] = {} if pools is None else pools
         #: Tells the scheduler to look for work now (after an unpause).
         self.scheduler_wakeup = scheduler_wakeup
         self._manual: dict[str, datetime] = {}
@@ -110,7 +116,7 @@ class Commands:
         if isinstance(decision, Decline):
             active = await self.store.get_execution(decision.active.eid)
             return None if active is None else (active, False)
-        if isinstance(decision, Begin) and change is not None and change.stored is not None:
+        if isinstance(decision, Begin | Wait) and change is not None and change.stored is not None:
             return change.stored, True
         return None
 
@@ -168,6 +174,39 @@ class Commands:
             )
             current = stopped or stored or await self.store.get_execution(eid)
             return change.transition, current or execution
+
+    async def pools(self) -> list[dict[str, Any]]:
+        """Every pool (``GET /pools``), by name: its limits, its tasks, and where it stands
+        on every node; the pool gauges are brought up to date on the way."""
+        tasks: dict[str, list[str]] = {name: [] for name in self.pool_specs}
+        for name, spec in sorted(self.specs.items()):
+            if spec.pool is not None:
+                tasks.setdefault(spec.pool.name, []).append(name)
+        states = await self.store.pool_states(tasks) if tasks else {}
+        metrics = self.engine.metrics
+        shown = []
+        for name in sorted(tasks):
+            state = states[name]
+            limits = self.pool_specs.get(name) or self._pool_of(name)
+            metrics.pool_running.labels(pool=name).set(state.running)
+            metrics.pool_waiting.labels(pool=name).set(state.waiting)
+            shown.append(
+                {
+                    "name": name,
+                    "max_running": limits.max_running,
+                    "max_per_second": limits.max_per_second,
+                    "running": state.running,
+                    "waiting": state.waiting,
+                    "paused_until": iso(state.paused_until),
+                    "tasks": tasks[name],
+                }
+            )
+        return shown
+
+    def _pool_of(self, name: str) -> PoolSpec:
+        """The definition of pool ``name`` as its tasks carry it."""
+        pools = (spec.pool for spec in self.specs.values() if spec.pool is not None)
+        return next(pool for pool in pools if pool.name == name)
 
     async def resume(self, eid: str, *, why: str) -> Execution:
         """Resume execution ``eid`` from its first step that did not succeed (``why``: who

@@ -22,6 +22,7 @@ from ecron.api.app import make_app
 from ecron.api.context import ApiContext
 from ecron.clock import Clock
 from ecron.config.model import Config, QueueSettings, TaskSpec, config_secrets
+from ecron.config.rules import PoolSpec
 from ecron.errors import ConfigError
 from ecron.executor.http import HttpCaller
 from ecron.logs import hide
@@ -63,6 +64,7 @@ class Daemon:
         self.clock = clock or Clock()
         self.node_id = resolve_node_id(settings.node_id)
         self.specs: dict[str, TaskSpec] = dict(config.tasks)
+        self.pools: dict[str, PoolSpec] = dict(config.pools)
         if settings.queue is not None:
             _require_redis()  # before anything that would need closing
         self.metrics = metrics = Metrics()
@@ -93,6 +95,7 @@ class Daemon:
             specs=self.specs,
             metrics=metrics,
             notifier=self.notifier,
+            pools=self.pools,
         )
         self.engine, self.scheduler, self.patrol = parts.engine, parts.scheduler, parts.patrol
         self.leases = parts.leases
@@ -232,6 +235,8 @@ class Daemon:
         self.engine.calls.retire(removed, running)
         self.specs.clear()
         self.specs.update(config.tasks)
+        self.pools.clear()
+        self.pools.update(config.pools)
         self.parts.bookkeeping.chains.refresh()
         await self._sync_tasks(self.clock.now())
         self.scheduler.wake()

@@ -21,6 +21,7 @@ from typing import Any
 import structlog
 
 from ecron.bookkeeping import Bookkeeping
+from ecron.capacity import Wait
 from ecron.clock import Clock, Wakeup
 from ecron.config.model import CallSettings
 from ecron.core import Execution, Holder, Status, deadline_passed, in_flight
@@ -52,6 +53,7 @@ from ecron.executor.http import CallContext, HttpCaller
 from ecron.executor.perform import Happened, Performer, Retrying
 from ecron.executor.recorder import Recorder
 from ecron.executor.runner import Executor, Job
+from ecron.executor.waiters import Waiters
 from ecron.logs import about
 from ecron.planning import Defer
 from ecron.starts import Asked, StartRequest, StartResult, Starts
@@ -104,6 +106,8 @@ class Engine:
         self._background: set[asyncio.Task[Any]] = set()
         self._closing = asyncio.Event()
         self._starting = False
+        #: Runs held here that wait to start, by what wakes them.
+        self._waiting = Waiters(recorder.calls)
 
     # -- what the scheduler, the commands, the patrol and the API call --------------------
 
@@ -123,18 +127,8 @@ class Engine:
         self.executor.wake()
 
     def load(self) -> dict[str, Any]:
-        """How loaded this node is (``/readyz``'s body, the metrics): ``saturated`` while
-        due polls wait over a second for a worker (past the polling ceiling: polls stretch
-        evenly, the API keeps its share), how long the oldest has waited, how many wait,
-        and how many polls may be out at once now."""
-        now = self.clock.now()
-        executor = self.executor
-        return {
-            "saturated": executor.saturated(now),
-            "poll_delay_seconds": round(executor.oldest_poll_wait(now).total_seconds(), 3),
-            "polls_waiting": executor.backlog_of_polls,
-            "poll_pace": executor.pace.limit,
-        }
+        """How loaded this node is now (``Executor.load``)."""
+        return self.executor.load(self.clock.now())
 
     def hold(self, executions: Iterable[Execution]) -> None:
         """Take executions this node claimed (fire times, retries, chained runs): each starts
@@ -183,27 +177,7 @@ class Engine:
         fence, after its leases lapsed with the database away, say): what follows it is the
         newer lease's to decide, which was planned when it was taken."""
         held = self.held.get(happened.eid)
-        if held is None:
-            return False
-        fence: int
-        if happened.execution is not None:
-            fence = happened.execution.fence
-        elif happened.change is not None:
-            fence = happened.change.transition.before.fence
-        else:
-            return False
-        return bool(fence != held.fence)
-
-    async def _replace(self, older: Iterable[Holder], by: str) -> None:
-        """``concurrency: replace``: cancel the ``older`` executions, replaced by execution
-        ``by`` (those that ended meanwhile are left alone)."""
-        for other in older:
-            execution = self.held.get(other.eid) or await self.store.get_execution(other.eid)
-            if execution is None or execution.is_final:
-                continue
-            stopped = await self.stop(execution, Status.CANCELLED, f"replaced by execution {by}")
-            if stopped is not None and stopped.status is Status.CANCELLED:
-                log.info("execution_replaced", execution_id=other.eid, replaced_by=by)
+        return held is not None and happened.fence not in (None, held.fence)
 
     # -- running ----------------------------------------------------------------------------
 
@@ -319,6 +293,10 @@ class Engine:
         counts, the chained runs), whose new runs this node holds."""
         self.held.forget(execution.eid)
         self.recorder.ended(execution)
+        if execution.status is not Status.SKIPPED:  # it held room: the runs waiting go now
+            for eid in self._waiting.woken(execution.task):
+                if (waiting := self.held.get(eid)) and waiting.status is Status.SCHEDULED:
+                    self._plan(eid, Start(self.clock.now()), waiting)
         try:
             follow = await self.bookkeeping.finished(execution, inserted)
         except Exception:
@@ -352,6 +330,9 @@ class Engine:
         if action is not planned:
             await self._carry_out(eid, action, execution, None)
         elif isinstance(action, Trigger):
+            if (until := self.performer.paused_until(execution)) is not None:
+                self._plan(eid, Trigger(until, action.probe_first), execution)
+                return
             if not in_flight(execution).started:  # a step's: recording that it leaves first
                 await self.go(await self.performer.leave(execution))
                 return
@@ -477,6 +458,11 @@ class Engine:
         of a skip, the replacement of older runs; and answer a run people asked for."""
         request, change, decision = result.request, result.change, result.decision
         eid = request.execution.eid
+        if isinstance(decision, Wait):
+            self._asked.answer(eid, result)
+            if change is None or change.stored is not None:  # else a new run's key was taken
+                self._wait(request.execution.task, eid, decision.until)
+            return
         if isinstance(decision, Defer) and (change is None or change.stored is not None):
             # claimed (a new run: inserted so), it starts once the older ones are cancelled;
             # a run people asked for is answered then
@@ -487,10 +473,23 @@ class Engine:
             return
         await self.go(Happened(eid, change.stored, Recorded(change.transition), change))
 
+    def _wait(self, task: str, eid: str, until: datetime) -> None:
+        """Run ``eid`` waits to start: decided again at ``until``, or as soon as a run of its
+        task or pool ends here (``_finish``)."""
+        self._waiting.add(task, eid)
+        self._plan(eid, Start(until), self.held.get(eid))
+
     async def _replace_then_start(self, eid: str, older: Iterable[Holder]) -> None:
-        """``concurrency: replace``: cancel the older executions through the protocol, then
-        start this one (if it is still held: it may have been cancelled meanwhile)."""
-        await self._replace(older, eid)
+        """``concurrency: replace``: cancel the older executions through the protocol (those
+        that ended meanwhile are left alone), then start this one (if it is still held: it
+        may have been cancelled meanwhile)."""
+        for other in older:
+            execution = self.held.get(other.eid) or await self.store.get_execution(other.eid)
+            if execution is None or execution.is_final:
+                continue
+            stopped = await self.stop(execution, Status.CANCELLED, f"replaced by execution {eid}")
+            if stopped is not None and stopped.status is Status.CANCELLED:
+                log.info("execution_replaced", execution_id=other.eid, replaced_by=eid)
         current = self.held.get(eid)
         if current is None or current.status is not Status.SCHEDULED:
             self._asked.fail(eid, Conflict(f"execution {eid} was stopped before it started"))

@@ -72,6 +72,7 @@ class Metrics:
             registry.register(series)
         self._add_call_series(registry)
         self._add_node_series(registry)
+        self._add_pool_series(registry)
 
     def _add_call_series(self, registry: CollectorRegistry) -> None:
         """The series of the calls to user services, and of the reports they push."""
@@ -124,6 +125,20 @@ class Metrics:
             "ecron_queue_messages",
             "Report messages read from the Redis stream, by what came of them.",
             ["outcome"],
+            registry=registry,
+        )
+
+    def _add_pool_series(self, registry: CollectorRegistry) -> None:
+        self.pool_running = Gauge(
+            "ecron_pool_running",
+            "Executions of the pool's tasks PENDING or RUNNING, on every node.",
+            ["pool"],
+            registry=registry,
+        )
+        self.pool_waiting = Gauge(
+            "ecron_pool_waiting",
+            "Runs of the pool's tasks waiting for its room, its pace or a Retry-After.",
+            ["pool"],
             registry=registry,
         )
 

@@ -23,6 +23,7 @@ from ecron.bookkeeping import Bookkeeping
 from ecron.clock import Clock, Wakeup
 from ecron.commands import Commands
 from ecron.config.model import DaemonSettings, TaskSpec
+from ecron.config.rules import PoolSpec
 from ecron.engine import Engine
 from ecron.executor.calls import Calls
 from ecron.executor.held import Held
@@ -61,6 +62,7 @@ class Parts:
         specs: Mapping[str, TaskSpec],
         metrics: Metrics | None = None,
         notifier: Notifier | None = None,
+        pools: Mapping[str, PoolSpec] | None = None,
     ) -> Parts:
         """Wire the parts of one node over ``store`` and ``caller``, bottom up."""
         metrics = metrics or Metrics()
@@ -103,8 +105,9 @@ class Parts:
             scheduler_wakeup=wakeup,
             workers=settings.poll_workers,
         )
+        node = (store, clock, settings, node_id)
         return cls._around(
-            recorder, engine, leases, bookkeeping, wakeup, store, clock, settings, node_id, specs
+            recorder, engine, leases, bookkeeping, wakeup, node, (specs, pools or {})
         )
 
     @classmethod
@@ -115,13 +118,12 @@ class Parts:
         leases: Leases,
         bookkeeping: Bookkeeping,
         wakeup: Wakeup,
-        store: Store,
-        clock: Clock,
-        settings: DaemonSettings,
-        node_id: str,
-        specs: Mapping[str, TaskSpec],
+        node: tuple[Store, Clock, DaemonSettings, str],
+        config: tuple[Mapping[str, TaskSpec], Mapping[str, PoolSpec]],
     ) -> Parts:
         """The parts that call the engine: the scheduler, the commands, the patrol."""
+        store, clock, settings, node_id = node
+        specs, pools = config
         scheduler = Scheduler(
             store=store,
             engine=engine,
@@ -141,6 +143,7 @@ class Parts:
             node_id=node_id,
             specs=specs,
             scheduler_wakeup=wakeup,
+            pools=pools,
         )
         patrol = Patrol(
             store=store,

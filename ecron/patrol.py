@@ -98,6 +98,7 @@ class Patrol:
         node, lock or not, brings its last-success gauge up to date first."""
         try:
             await self.overdue.refresh()
+            await self.commands.pools()  # the pool gauges, as every node shows them
         except Exception:
             log.exception("last_success_refresh_failed")
         async with self.store.exclusive("patrol") as held:

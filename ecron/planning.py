@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from ecron.backoff import delay_after, exponential
+from ecron.capacity import CONCURRENCY, WAIT_RECHECK, Wait, room_in_pool
+from ecron.clock import iso
 from ecron.config.model import TaskSpec
 from ecron.core import (
     INTERRUPTED_REASONS,
@@ -23,9 +25,11 @@ from ecron.core import (
     Step,
     TriggerKind,
     TriggerSent,
+    Waiting,
     apply,
     in_flight,
 )
+from ecron.core.machine import RETRY_AFTER
 from ecron.ids import new_eid, remote_id
 from ecron.schedules import Schedule, ScheduleKind, jitter_offset
 
@@ -247,7 +251,7 @@ class Defer:
     older: tuple[Holder, ...]
 
 
-StartDecision = Begin | Skip | Decline | Refuse | Defer
+StartDecision = Begin | Skip | Decline | Refuse | Defer | Wait  # Wait: see ecron.capacity
 
 
 def asked_for(execution: Execution) -> bool:
@@ -269,7 +273,9 @@ def decide_start(
     a fire time of the schedule follows ``misfire.policy``: ``skip`` skips it; ``run_once``
     runs it only if no later fire time is claimed. An older execution still active: under
     ``forbid`` SKIPPED ``overlap`` (a run people asked for is answered by the active one);
-    under ``replace`` the older ones are cancelled first (``Defer``).
+    under ``replace`` the older ones are cancelled first (``Defer``); a backfilled run waits
+    for them under ``forbid`` (``Wait``: none is SKIPPED). Then the service's ``Retry-After``
+    and the pool (``room_in_pool``): a run that finds either closed waits, SCHEDULED.
     """
     asked = asked_for(execution)
     if spec is None or gate.retired:
@@ -279,15 +285,36 @@ def decide_start(
         return Skip(Skipped(Reason.PAUSED, gate.paused_reason or "the task is paused"))
     if misfired(execution, spec, gate, now):
         return Skip(Skipped(Reason.MISFIRE, "started too late (misfire policy)"))
-    older = tuple(other for other in gate.active if other.eid != execution.eid)
+    older = _older(execution, gate.active)
     if older and spec.concurrency == "forbid":
+        if execution.trigger_kind is TriggerKind.BACKFILL:
+            why = f"waiting for execution {older[0].eid} to end (concurrency: forbid)"
+            return Wait(Waiting(CONCURRENCY, why), now + WAIT_RECHECK)
         if asked:
             return Decline(older[0])
         why = f"execution {older[0].eid} was still {older[0].status}"
         return Skip(Skipped(Reason.OVERLAP, why))
     if older and spec.concurrency == "replace":
         return Defer(older)
+    held_back = gate.pool.paused_until if gate.pool is not None else gate.held_back_until
+    if held_back is not None and now < held_back:
+        why = f"the service asked for no trigger before {iso(held_back)} (Retry-After)"
+        return Wait(Waiting(RETRY_AFTER, why), held_back)
+    if gate.pool is not None and (wait := room_in_pool(execution, gate.pool, now)) is not None:
+        return wait
     return Begin(trigger_sent(execution, spec))
+
+
+def _older(execution: Execution, active: tuple[Holder, ...]) -> tuple[Holder, ...]:
+    """The task's runs ``execution`` comes after: the active ones, and those that wait to
+    start with an older fire time (a waiting run never waits for a younger one)."""
+    key = (execution.scheduled_at, execution.eid)
+    return tuple(
+        other
+        for other in active
+        if other.eid != execution.eid
+        and (other.status is not Status.SCHEDULED or (other.scheduled_at, other.eid) < key)
+    )
 
 
 def trigger_sent(execution: Execution, spec: TaskSpec) -> TriggerSent:
@@ -305,6 +332,8 @@ def misfired(execution: Execution, spec: TaskSpec, gate: Gate, now: datetime) ->
     policy says not to run it (see ``decide_start``)."""
     if execution.trigger_kind is not TriggerKind.SCHEDULE or spec.misfire.policy == "run_all":
         return False
+    if execution.waiting_for is not None:
+        return False  # it was on time, and waited: waiting is not a misfire
     if now - execution.scheduled_at <= spec.misfire.grace:
         return False
     if spec.misfire.policy == "skip":

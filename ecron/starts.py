@@ -15,12 +15,16 @@ follows each decision (the trigger, the SKIPPED record's book-keeping, the repla
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 
+from ecron.capacity import POOL, Wait, in_line
 from ecron.clock import Clock
 from ecron.config.model import TaskSpec
 from ecron.core import Execution, Gate, Holder, Status, Transition, apply
+from ecron.core.machine import RETRY_AFTER
+from ecron.core.plans import PoolGate
 from ecron.errors import EcronError
 from ecron.executor.recorder import Change, Recorder
 from ecron.leases import Leases
@@ -84,23 +88,21 @@ class Starts:
             writes: list[tuple[Execution, Execution]] = []
             inserts: list[Execution] = []
             starting: dict[str, list[Holder]] = {}
+            pools = Pools()
             for request in ordered:
                 execution = request.execution
                 mine = starting.setdefault(execution.task, [])
                 gate = gates[execution.task]
-                gate = Gate(
-                    gate.paused,
-                    gate.paused_reason,
-                    gate.retired,
-                    (*gate.active, *mine),
-                    gate.later,
+                gate = replace(
+                    gate, active=(*gate.active, *mine), pool=pools.now(gate.pool, execution)
                 )
                 decision = decide_start(execution, self.specs.get(execution.task), gate, now)
                 after = self._after(execution, decision, request.new)
                 decided[execution.eid] = (decision, after)
                 if after is None:
                     continue
-                if after.status is Status.PENDING:
+                pools.moved(gate.pool, after, now)
+                if after.status is Status.PENDING or after.waiting_for is not None:
                     mine.append(
                         Holder(after.eid, after.status, after.scheduled_at, after.trigger_kind)
                     )
@@ -108,15 +110,31 @@ class Starts:
                     inserts.append(after)
                 else:
                     writes.append((execution, after))
-            return StartWrites(writes, inserts)
+            return StartWrites(writes, inserts, pools.paces)
 
         names = {r.execution.task for r in ordered}
         new = [r.execution.eid for r in ordered if r.new]
         watched = [name for name in names if self._watches_active(name, late)]
         started = await self.store.start_executions(
-            names, decide, later_of=late, new=new, active_of=watched
+            names, decide, later_of=late, new=new, active_of=watched, pools=self._pools(names)
         )
         return self._results(ordered, decided, started)
+
+    def _pools(self, names: Collection[str]) -> dict[str, tuple[PoolGate, list[str]]]:
+        """The pools of the tasks ``names``: each one's limits, and every task in it."""
+        used = {spec.pool.name for name in names if (spec := self.specs.get(name)) and spec.pool}
+        if not used:
+            return {}
+        pools: dict[str, tuple[PoolGate, list[str]]] = {}
+        for name, spec in self.specs.items():
+            pool = spec.pool
+            if pool is None or pool.name not in used:
+                continue
+            if pool.name not in pools:
+                limits = PoolGate(pool.name, pool.max_running, pool.max_per_second)
+                pools[pool.name] = (limits, [])
+            pools[pool.name][1].append(name)
+        return pools
 
     def _watches_active(self, name: str, late: Sequence[str]) -> bool:
         """Whether the start of ``name`` looks at its active executions: under ``forbid``
@@ -158,6 +176,11 @@ class Starts:
         match decision:
             case Begin(event) | Skip(event):
                 after = apply(execution, event, now).after
+            case Wait(event):
+                transition = apply(execution, event, now)
+                if not transition.changed and not new:
+                    return None  # it waits for that already: nothing to write
+                after = transition.after
             case Defer() if new:
                 after = execution
             case _:
@@ -165,6 +188,41 @@ class Starts:
         if after.status is not Status.SKIPPED:
             after = after.evolve(lease_until=self.leases.full_until(self.clock.now()))
         return after if new else after.evolve(version=execution.version + 1)
+
+
+class Pools:
+    """The pools as one start transaction moves them: each run that starts takes a slot
+    and a turn of the pace, and leaves the line; a run that comes to wait joins it. So the
+    runs decided after it in the same transaction see the pool as it now is."""
+
+    def __init__(self) -> None:
+        self._now: dict[str, PoolGate] = {}
+        #: The pools whose next trigger moment moved, to that moment (written with the
+        #: starts).
+        self.paces: dict[str, datetime] = {}
+
+    def now(self, read: PoolGate | None, execution: Execution) -> PoolGate | None:
+        """The pool of ``execution`` as it stands now (None: it has no pool)."""
+        if read is None:
+            return None
+        return self._now.setdefault(read.name, read)
+
+    def moved(self, pool: PoolGate | None, after: Execution, now: datetime) -> None:
+        """``after`` is what a run of ``pool`` became: it started, or waits in line."""
+        if pool is None:
+            return
+        place = in_line(after)
+        line = tuple(other for other in pool.line if other[2] != after.eid)
+        if after.status is Status.PENDING:
+            pool = replace(pool, running=pool.running + 1, line=line)
+            if pool.max_per_second is not None:
+                turn = max(pool.next_trigger_at or now, now)
+                following = turn + timedelta(seconds=1 / pool.max_per_second)
+                pool = replace(pool, next_trigger_at=following)
+                self.paces[pool.name] = following
+        elif after.status is Status.SCHEDULED and after.waiting_for in (POOL, RETRY_AFTER):
+            pool = replace(pool, line=tuple(sorted((*line, place))))
+        self._now[pool.name] = pool
 
 
 class Asked:

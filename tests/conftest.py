@@ -13,6 +13,7 @@ from aiohttp import web
 
 from ecron.clock import Clock
 from ecron.config.model import Config, DaemonSettings, TaskSpec
+from ecron.config.rules import PoolSpec
 from ecron.daemon import Daemon
 from ecron.store.engine import Engines
 from ecron.store.migrate import upgrade
@@ -114,7 +115,11 @@ def make_daemon(database_url: str, tmp_path: Path) -> DaemonFactory:
 
     @asynccontextmanager
     async def factory(
-        tasks: list[TaskSpec], *, clock: Clock | None = None, **settings: Any
+        tasks: list[TaskSpec],
+        *,
+        clock: Clock | None = None,
+        pools: dict[str, PoolSpec] | None = None,
+        **settings: Any,
     ) -> AsyncIterator[Daemon]:
         values: dict[str, Any] = {"database": database_url, "listen": "127.0.0.1:0", "tick": "50ms"}
         values.update(settings)
@@ -122,6 +127,7 @@ def make_daemon(database_url: str, tmp_path: Path) -> DaemonFactory:
             directory=str(tmp_path),
             daemon=DaemonSettings.model_validate(values),
             tasks={spec.name: spec for spec in tasks},
+            pools=pools or {},
         )
         async with Daemon(config, clock=clock) as daemon:
             yield daemon

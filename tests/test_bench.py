@@ -211,3 +211,19 @@ def test_overload_ramps_the_due_work_and_measures_the_api_memory_and_recovery() 
         assert all(a["unanswered"] == 0 for a in run["api_after_drop"].values()), run
         assert run["recovery"]["expected"] > 0, run
     assert set(figures["knee"]) == {"max_done_per_s", "at_level", "first_saturated_level"}
+
+
+def test_pools_runs_the_same_load_in_pools_and_without_and_triggers_every_fire_time_once() -> None:
+    """20 tasks every second for 2 s, in 4 pools of max_running 5, and the same without
+    pools: each of the 40 fire times in the window is triggered once in both runs, every
+    execution is persisted, and the ratio of CPU per fire is reported."""
+    figures = run_bench(
+        "pools", "--tasks", "20", "--pools", "4", "--max-running", "5",
+        "--duration", "2", "--warmup", "1", "--drain", "1.5",
+    )  # fmt: skip
+    for side in ("ecron", "baseline"):
+        run = figures[side]
+        assert run["triggered"] == run["expected"] == 40, run
+        assert run["duplicates"] == 0, run
+        assert run["rows_success"] >= run["triggered"], run
+    assert figures["ratio"]["cpu_per_fire"] is not None

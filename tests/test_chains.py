@@ -90,6 +90,7 @@ async def test_a_chain_runs_once_per_upstream_success_and_on_failure_only_when_o
         calls = user_service.calls_for(chained["id"])
         assert calls and all(call.headers[UPSTREAM] == chained["upstream"] for call in calls)
         assert calls[0].headers["X-Ecron-Scheduled-At"] == chained["scheduled_at"]
+        assert {call.headers["X-Ecron-Trigger-Kind"] for call in calls} == {"chain"}
     assert all(
         UPSTREAM not in call.headers for up in ups for call in user_service.calls_for(up["id"])
     )

@@ -19,6 +19,7 @@ import pytest
 from aiohttp import web
 
 from ecron.config.model import TaskSpec
+from ecron.config.rules import PoolSpec
 from ecron.core import Status
 from ecron.daemon import Daemon
 from tests.conftest import DaemonFactory, task
@@ -348,3 +349,35 @@ async def test_the_history_filters_by_task_and_status_and_pages_through_next(
         await page.wait_rows("#history", [failed], "b's one failure")
         hash_ = await page.script("return location.hash")
         assert hash_ == "#/?task=b&status=FAILED&limit=10", hash_
+
+
+async def test_the_pools_section_shows_each_pools_use_and_is_hidden_without_pools(
+    make_daemon: DaemonFactory, user_service: UserService, driver: WebDriver
+) -> None:
+    """Three hour-long runs in a pool of 2: the home page's pools section shows 2 of 2
+    running (a meter), 1 waiting and the pool's tasks; a daemon without pools hides it."""
+    user_service.duration = 3600
+    pool = PoolSpec(name="exports", max_running=2)
+    spec = task("export", f"{user_service.url}/jobs/x", pool=pool, concurrency="allow")
+    async with make_daemon([spec], pools={"exports": pool}) as daemon:
+        for _ in range(3):
+            await run_once(daemon, "export")
+        page = dashboard(driver, daemon)
+        await page.open()
+        running = await page.wait_text(
+            '#pools tr[data-key="exports"] td:nth-child(2)',
+            lambda text: text.strip() == "2/2",
+            "the pool's running count",
+        )
+        row = await page.element('#pools tr[data-key="exports"]', "the pool's row")
+        cells = [cell.text for cell in row.find_elements("css selector", "td")]
+        meter = row.find_element("css selector", "meter")
+    assert running.strip() == "2/2"
+    assert cells[2] == "1" and cells[5] == "export"
+    assert meter.get_attribute("value") == "2" and meter.get_attribute("max") == "2"
+    async with make_daemon([task("plain", f"{user_service.url}/jobs/y")]) as daemon:
+        page = dashboard(driver, daemon)
+        await page.open()
+        await page.element('#tasks tr[data-key="plain"]', "the task's row")
+        hidden = driver.find_element("css selector", "#pools-section").get_attribute("hidden")
+    assert hidden is not None

@@ -13,8 +13,9 @@ import pytest
 from aiohttp import web
 from openapi_spec_validator import validate
 
-from ecron.api import dashboard, executions, health, openapi
+from ecron.api import dashboard, executions, health, openapi, pools
 from ecron.api.app import make_app
+from ecron.config.rules import PoolSpec
 from ecron.core import Status
 from ecron.signing import callback_token
 from ecron.store.base import TaskState
@@ -68,7 +69,7 @@ async def test_a_route_added_without_documentation_is_reported(
     undocumented, unserved = openapi.mismatches(app)
     assert (undocumented, unserved) == ({("POST", "/api/v1/tasks/{name}/archive")}, set())
     partial = web.Application()
-    for part in (health, executions, dashboard, openapi):
+    for part in (health, executions, dashboard, openapi, pools):
         partial.add_routes(part.routes)
     undocumented, unserved = openapi.mismatches(partial)
     assert undocumented == set()
@@ -105,7 +106,8 @@ async def test_answers_of_a_live_daemon_match_their_documented_schemas(
         task("quick", f"{user_service.url}/jobs/quick"),
         task("etl", None, steps=[{"name": "one", "url": f"{user_service.url}/jobs/quick"},
                                  {"name": "two", "url": f"{user_service.url}/jobs/quick"}]),
-        task("push", f"{user_service.url}/jobs/push", mode="callback"),
+        task("push", f"{user_service.url}/jobs/push", mode="callback",
+             pool=PoolSpec(name="p", max_running=2, max_per_second=3)),
     ]  # fmt: skip
     async with make_daemon(specs, api_token=TOKEN) as daemon:
         api = Recorder(daemon, await served_document(daemon))
@@ -117,6 +119,7 @@ async def test_answers_of_a_live_daemon_match_their_documented_schemas(
         await ended(daemon, etl["id"])
         await api.send("GET", "/api/v1/tasks")
         await api.send("GET", "/api/v1/tasks", headers={})  # 401
+        await api.send("GET", "/api/v1/pools")
         await api.send("GET", "/api/v1/tasks/{name}", "/api/v1/tasks/quick")
         await api.send("GET", "/api/v1/tasks/{name}", "/api/v1/tasks/nope")  # 404
         upcoming = "/api/v1/tasks/{name}/upcoming"

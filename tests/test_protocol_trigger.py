@@ -265,7 +265,8 @@ async def test_every_call_carries_the_protocol_headers_and_the_deadline_of_the_f
     make_daemon: DaemonFactory, user_service: UserService
 ) -> None:
     """POSTs (including retries) and GETs carry the same execution id, task, fire time,
-    attempt and deadline; the deadline is the first trigger's time plus task_timeout."""
+    attempt, trigger kind and deadline; the deadline is the first trigger's time plus
+    task_timeout."""
     user_service.duration = 0.2
     user_service.script["POST"] = [reply(503)]
     async with make_daemon(job(user_service, task_timeout="1h")) as daemon:
@@ -279,6 +280,7 @@ async def test_every_call_carries_the_protocol_headers_and_the_deadline_of_the_f
         assert call.headers["X-Ecron-Execution-Id"] == eid
         assert call.headers["X-Ecron-Task"] == "job"
         assert call.headers["X-Ecron-Attempt"] == "1"
+        assert call.headers["X-Ecron-Trigger-Kind"] == "manual"
         assert call.headers["X-Ecron-Scheduled-At"].endswith("Z")
         assert "X-Ecron-Resume-Of" not in call.headers
     assert calls[0].body == b"{}" and calls[0].headers["Content-Type"] == "application/json"

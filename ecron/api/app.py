@@ -10,7 +10,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from ecron.api import dashboard, executions, health, openapi, tasks
+from ecron.api import dashboard, executions, health, openapi, pools, tasks
 from ecron.api.context import CONTEXT, ApiContext, error
 from ecron.errors import Ambiguous, Conflict, NotFound
 
@@ -104,6 +104,7 @@ def make_app(ctx: ApiContext) -> web.Application:
     app.add_routes(health.routes)
     app.add_routes(tasks.routes)
     app.add_routes(executions.routes)
+    app.add_routes(pools.routes)
     app.add_routes(dashboard.routes)
     app.add_routes(openapi.routes)
     return app

@@ -102,6 +102,16 @@ AMBIGUOUS: Answer = (
 OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "GET",
+        "/api/v1/pools",
+        "pools",
+        "Every pool",
+        "Every pool the config defines, by name: its limits, its tasks, how many of their "
+        "executions are PENDING or RUNNING and how many runs wait, on every node, and until "
+        "when a service's Retry-After holds its triggers back.",
+        {200: (schemas.PoolList, "the pools")},
+    ),
+    Operation(
+        "GET",
         "/api/v1/tasks",
         "tasks",
         "Every task",

@@ -127,6 +127,26 @@ class TaskList(Answer):
     items: list[TaskSnapshot]
 
 
+class Pool(Answer):
+    """A pool that tasks share: its limits, and where it stands on every node."""
+
+    name: str
+    max_running: int | None = Field(description="at most this many PENDING or RUNNING at once")
+    max_per_second: float | None = Field(description="at most this many triggers a second")
+    running: int = Field(ge=0, description="executions of its tasks PENDING or RUNNING")
+    waiting: int = Field(ge=0, description="runs waiting for its room, its pace or Retry-After")
+    paused_until: Time | None = Field(
+        description="no trigger of the pool before this (a service's Retry-After)"
+    )
+    tasks: list[str] = Field(description="the tasks in the pool, by name")
+
+
+class PoolList(Answer):
+    """Every pool the config defines, by name."""
+
+    items: list[Pool]
+
+
 class Upcoming(Answer):
     """The next fire times of a task that will run, its calendar and blackouts applied."""
 
@@ -265,6 +285,8 @@ MODELS: tuple[type[BaseModel], ...] = (
     ExecutionSnapshot,
     TaskSnapshot,
     TaskList,
+    Pool,
+    PoolList,
     Upcoming,
     ExecutionPage,
     StepList,

@@ -1,4 +1,5 @@
-"""Read commands: ``tasks``, ``executions``, ``show``, ``steps``; they talk to the REST API.
+"""Read commands: ``tasks``, ``executions``, ``show``, ``steps``, ``pools``; they talk to
+the REST API.
 
 Each prints a table that fits an 80-column terminal (short ids, relative times) or, with
 ``--wide``, full ids and absolute local times; ``--json`` prints the API's answer as is.
@@ -248,3 +249,37 @@ def steps(eid: str, as_json: bool, wide: bool, api: str, token: str | None) -> N
         return
     console = Console()
     console.print(steps_table(answer["items"], Times(wide), wide, console.width), crop=False)
+
+
+@cli.command()
+@json_option
+@wide_option
+@api_options
+def pools(as_json: bool, wide: bool, api: str, token: str | None) -> None:
+    """List pools: their limits, how many of their tasks' executions run and wait (on every
+    node), and until when a service's Retry-After holds them back."""
+    answer = get(api, token, "/api/v1/pools")
+    if as_json:
+        print_json(answer)
+        return
+    when = Times(wide)
+    rows = [
+        [
+            escape(item["name"]),
+            _limit(item["running"], item["max_running"]),
+            str(item["waiting"]),
+            "-" if item["max_per_second"] is None else f"{item['max_per_second']:g}/s",
+            when(item["paused_until"]) if item["paused_until"] else "-",
+            escape(", ".join(item["tasks"]) or "-"),
+        ]
+        for item in answer["items"]
+    ]
+    console = Console()
+    columns = ("pool", "running", "waiting", "pace", "held back until", "tasks")
+    whole = ("pool", "running", "waiting", "pace", "held back until")
+    console.print(table(columns, rows, wide=wide, width=console.width, whole=whole), crop=False)
+
+
+def _limit(running: int, most: int | None) -> str:
+    """``3/5``: running of at most; ``3`` without a limit."""
+    return str(running) if most is None else f"{running}/{most}"

@@ -24,7 +24,8 @@ from pydantic import BaseModel, ValidationError
 from ecron.config.links import check_chains, check_reach
 from ecron.config.messages import HIDDEN, SECRET_PATH, Problems, explain, join, kind
 from ecron.config.model import Config, DaemonSettings, StepSpec, TaskSpec
-from ecron.config.rules import CALENDAR_NAME, CalendarSpec
+from ecron.config.named import Calendars, Named, Pools, resolve_calendar, resolve_pool
+from ecron.config.rules import CALENDAR_NAME, CalendarSpec, PoolSpec
 from ecron.errors import ConfigError
 from ecron.schedules import on_key
 
@@ -37,8 +38,6 @@ ENV_ALIASES: dict[tuple[str, ...], tuple[str, ...]] = {("database",): ("ECRON_DA
 _REFERENCE = re.compile(r"\$\$\{|\$\{([^}]*)\}|\$\{")
 _VARIABLE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?", re.DOTALL)
 _SQLITE = "sqlite+aiosqlite:///"
-#: Named calendars: name -> (the calendar, or None where its definition is wrong; its file).
-_Calendars = dict[str, tuple[CalendarSpec | None, str]]
 
 
 def load_config(
@@ -56,15 +55,18 @@ def load_config(
     if not root.is_dir():
         raise ConfigError([f"{directory}: is not a directory (expected ecron.yaml and tasks/)."])
     problems: list[str] = []
-    calendars: _Calendars = {}
-    daemon = _load_daemon(root, env, problems, calendars)
+    named = Named()
+    daemon = _load_daemon(root, env, problems, named)
     files: dict[str, str] = {}  # task name -> the file that declares it
-    tasks = _load_tasks(root, env, problems, calendars, files)
+    tasks = _load_tasks(root, env, problems, named, files)
     problems += check_chains(tasks, files) + check_reach(tasks, files, now or datetime.now(UTC))
     if problems or daemon is None:
         raise ConfigError(problems)
-    named = {name: spec for name, (spec, _) in calendars.items() if spec is not None}
-    return Config(directory=str(root.resolve()), daemon=daemon, tasks=tasks, calendars=named)
+    calendars = {name: spec for name, (spec, _) in named.calendars.items() if spec is not None}
+    pools = {name: spec for name, (spec, _) in named.pools.items() if spec is not None}
+    return Config(
+        directory=str(root.resolve()), daemon=daemon, tasks=tasks, calendars=calendars, pools=pools
+    )
 
 
 def environment_overrides(environ: Mapping[str, str]) -> dict[tuple[str, ...], tuple[str, str]]:
@@ -88,6 +90,8 @@ def environment_overrides(environ: Mapping[str, str]) -> dict[tuple[str, ...], t
 FILE_ONLY_KEYS = frozenset({"notify"})
 #: The top-level key of named calendars, in ecron.yaml and in task files.
 CALENDARS = "calendars"
+#: The top-level key of named pools, in ecron.yaml and in task files.
+POOLS = "pools"
 
 
 def _daemon_keys() -> list[tuple[str, ...]]:
@@ -115,7 +119,7 @@ def settings_model(annotation: Any) -> type[BaseModel] | None:
 
 
 def _load_daemon(
-    root: Path, env: Mapping[str, str], problems: list[str], calendars: _Calendars
+    root: Path, env: Mapping[str, str], problems: list[str], named: Named
 ) -> DaemonSettings | None:
     raw: Any = None  # a missing or empty file: every default
     if (root / DAEMON_FILE).exists():
@@ -124,7 +128,9 @@ def _load_daemon(
             problems.append(f"{DAEMON_FILE}: must be a mapping of settings, not {kind(raw)}.")
     raw = raw if isinstance(raw, dict) else {}
     if CALENDARS in raw:
-        _load_calendars(raw.pop(CALENDARS), DAEMON_FILE, env, problems, calendars)
+        _load_calendars(raw.pop(CALENDARS), DAEMON_FILE, env, problems, named.calendars)
+    if POOLS in raw:
+        _load_pools(raw.pop(POOLS), DAEMON_FILE, env, problems, named.pools)
     overrides = environment_overrides(env)
     for key in overrides:
         _pop(raw, key)
@@ -182,11 +188,11 @@ def _load_tasks(
     root: Path,
     env: Mapping[str, str],
     problems: list[str],
-    calendars: _Calendars,
+    named: Named,
     seen: dict[str, str],
 ) -> dict[str, TaskSpec]:
     """Every task of every task file (``seen``: task name -> the file that declared it
-    first), after the named calendars of all of them."""
+    first), after the named calendars and pools of all of them."""
     folder = root / TASKS_DIR
     if not folder.exists():
         return {}
@@ -201,28 +207,31 @@ def _load_tasks(
         if path.suffix == ".yml":
             problems.append(f"{rel}: is not read: task files must end in .yaml; rename it.")
         if path.suffix == ".yaml":
-            documents.append((rel, _task_items(path, rel, env, problems, calendars)))
+            documents.append((rel, _task_items(path, rel, env, problems, named)))
     tasks: dict[str, TaskSpec] = {}
     for rel, items in documents:
         for index, item in enumerate(items, start=1):
             where = f"{rel}: tasks[{index}]"
-            spec = _load_task(item, where, rel, env, problems, (seen, calendars))
+            spec = _load_task(item, where, rel, env, problems, (seen, named))
             if spec is not None:
                 tasks[spec.name] = spec
     return tasks
 
 
 def _task_items(
-    path: Path, rel: str, env: Mapping[str, str], problems: list[str], calendars: _Calendars
+    path: Path, rel: str, env: Mapping[str, str], problems: list[str], named: Named
 ) -> list[Any]:
-    """The task items of one file (its calendars go to ``calendars``)."""
+    """The task items of one file (its calendars and pools go to ``named``)."""
     ok, raw = _read_yaml(path, rel, problems)
     if not ok:
         return []
-    if isinstance(raw, dict) and CALENDARS in raw:
-        _load_calendars(raw[CALENDARS], rel, env, problems, calendars)
+    if isinstance(raw, dict) and (CALENDARS in raw or POOLS in raw):
+        if CALENDARS in raw:
+            _load_calendars(raw[CALENDARS], rel, env, problems, named.calendars)
+        if POOLS in raw:
+            _load_pools(raw[POOLS], rel, env, problems, named.pools)
         if "tasks" not in raw:
-            raw = {**raw, "tasks": []}  # a file of calendars only
+            raw = {**raw, "tasks": []}  # a file of calendars or pools only
     if not isinstance(raw, dict) or not isinstance(raw.get("tasks"), list):
         if not isinstance(raw, dict):
             what = f"it is {kind(raw)}"
@@ -231,17 +240,17 @@ def _task_items(
         problems.append(f"{rel}: must be a mapping with a list of tasks under 'tasks', but {what}.")
         return []
     for key in raw:
-        if key not in ("tasks", CALENDARS) and not str(key).startswith("x-"):
+        if key not in ("tasks", CALENDARS, POOLS) and not str(key).startswith("x-"):
             problems.append(
                 f"{rel}: top-level key {key!r} is not known: a tasks file holds 'tasks', "
-                "'calendars' (and keys starting with 'x-', for YAML anchors)."
+                "'calendars', 'pools' (and keys starting with 'x-', for YAML anchors)."
             )
     items: list[Any] = raw["tasks"]
     return items
 
 
 def _load_calendars(
-    raw: Any, rel: str, env: Mapping[str, str], problems: list[str], calendars: _Calendars
+    raw: Any, rel: str, env: Mapping[str, str], problems: list[str], calendars: Calendars
 ) -> None:
     """Validate the named calendars of one file into ``calendars``."""
     if not isinstance(raw, dict):
@@ -278,17 +287,58 @@ def _load_calendars(
         calendars[name] = (None if bad else spec, rel)
 
 
+def _load_pools(
+    raw: Any, rel: str, env: Mapping[str, str], problems: list[str], pools: Pools
+) -> None:
+    """Validate the named pools of one file into ``pools``."""
+    if not isinstance(raw, dict):
+        problems.append(f"{rel}: field 'pools': must be a mapping of names to pools.")
+        return
+    for name, body in raw.items():
+        where = f"{rel}: pool {name!r}"
+        if not isinstance(name, str) or not CALENDAR_NAME.fullmatch(name):
+            problems.append(
+                f"{where}: is not a pool name: use lower-case letters, digits, '_', '.', "
+                "'-', starting with a letter or digit."
+            )
+            continue
+        if name in pools:
+            problems.append(
+                f"{where}: the name {name!r} is already used by a pool in "
+                f"{pools[name][1]}; pool names must be unique across all files."
+            )
+            continue
+        pools[name] = (None, rel)
+        if not isinstance(body, dict) or "name" in body:
+            what = "a 'name' key (its name is its key)" if isinstance(body, dict) else kind(body)
+            problems.append(
+                f"{where}: must be a mapping of max_running and max_per_second, not {what}."
+            )
+            continue
+        bad: Problems = []
+        data = _interpolate(body, env, "", bad)
+        problems.extend(f"{where}: field '{path}': {text}" for path, text in bad)
+        try:
+            spec = PoolSpec.model_validate({**data, "name": name})
+        except ValidationError as exc:
+            for path, text in explain(exc, PoolSpec, skip=[path for path, _ in bad]):
+                problems.append(f"{where}: field '{path}': {text}")
+            continue
+        pools[name] = (None if bad else spec, rel)
+
+
 def _load_task(
     item: Any,
     where: str,
     rel: str,
     env: Mapping[str, str],
     problems: list[str],
-    known: tuple[dict[str, str], _Calendars],
+    known: tuple[dict[str, str], Named],
 ) -> TaskSpec | None:
     """Validate one task (``where`` names it by position until its name is known; ``known``:
-    the tasks seen so far, by the file that declared each, and the named calendars)."""
-    seen, calendars = known
+    the tasks seen so far, by the file that declared each, and the named calendars and
+    pools)."""
+    seen, named = known
     if not isinstance(item, dict):
         problems.append(f"{where}: must be a mapping of task keys, not {kind(item)}.")
         return None
@@ -303,7 +353,8 @@ def _load_task(
         seen.setdefault(name, rel)
     if isinstance(data.get("schedule"), dict):
         data["schedule"] = on_key(data["schedule"])  # YAML reads a bare ``on`` as true
-    _resolve_calendar(data, calendars, bad)
+    resolve_calendar(data, named.calendars, bad)
+    resolve_pool(data, named.pools, bad)
     problems.extend(f"{where}: field '{path}': {text}" for path, text in bad)
     _empty_means_unset(data, TaskSpec)
     steps = data.get("steps")
@@ -317,27 +368,6 @@ def _load_task(
             problems.append(f"{where}: field '{path}': {text}" if path else f"{where}: {text}")
         return None
     return None if bad else spec
-
-
-def _resolve_calendar(data: dict[str, Any], calendars: _Calendars, bad: Problems) -> None:
-    """A task's ``calendar`` naming a calendar becomes that calendar (with its name)."""
-    name = data.get("calendar")
-    if not isinstance(name, str):
-        return
-    if name not in calendars:
-        defined = ", ".join(sorted(calendars)) or "none"
-        bad.append(
-            (
-                "calendar",
-                f"no calendar named {name!r} is defined (defined: {defined}); define it under "
-                "'calendars' in ecron.yaml or a tasks file, or write the calendar here.",
-            )
-        )
-        del data["calendar"]
-    elif (spec := calendars[name][0]) is None:
-        del data["calendar"]  # its definition is wrong: said where it is defined
-    else:
-        data["calendar"] = spec.model_dump(mode="json")
 
 
 # --- YAML, interpolation, messages ------------------------------------------------------------

@@ -27,7 +27,14 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from ecron.calendars import FireTimes
-from ecron.config.rules import Blackout, CalendarSpec, Expect, check_blackouts, exclusions
+from ecron.config.rules import (
+    Blackout,
+    CalendarSpec,
+    Expect,
+    PoolSpec,
+    check_blackouts,
+    exclusions,
+)
 from ecron.config.secrets import database_password, without_password
 from ecron.durations import Duration
 from ecron.errors import ScheduleError
@@ -231,6 +238,9 @@ class TaskSpec(_Strict):
     notify: NotifySettings | None = None
     #: The days fire times may fall on: inline, or (resolved by the loader) a named one.
     calendar: CalendarSpec | str | None = None
+    #: The pool whose limits it shares with the other tasks that call the same service
+    #: (``pool: NAME`` in the file, resolved by the loader to the pool named so).
+    pool: PoolSpec | None = None
     #: Windows in which no fire time runs.
     blackout: list[Blackout] = Field(default_factory=list)
     #: ``{success_within: 26h}``: alert ``task_overdue`` when no SUCCESS for that long.
@@ -457,6 +467,8 @@ class Config(BaseModel):
     tasks: dict[str, TaskSpec]
     #: The named calendars (``calendars`` in ecron.yaml and the task files).
     calendars: dict[str, CalendarSpec] = Field(default_factory=dict)
+    #: The named pools (``pools`` in ecron.yaml and the task files).
+    pools: dict[str, PoolSpec] = Field(default_factory=dict)
 
 
 def config_secrets(config: Config) -> list[str | None]:

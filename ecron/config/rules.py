@@ -58,6 +58,17 @@ class CalendarSpec(_Strict):
         return value
 
 
+class PoolSpec(_Strict):
+    """A pool of tasks that call one service (``pools`` in ecron.yaml or a tasks file):
+    at most ``max_running`` of their executions PENDING or RUNNING at once across the
+    cluster, at most ``max_per_second`` triggers leaving per second (each optional)."""
+
+    #: The name it was defined under in ``pools``.
+    name: str
+    max_running: int | None = Field(default=None, ge=1)
+    max_per_second: float | None = Field(default=None, gt=0)
+
+
 class Blackout(_Strict):
     """A window ``[from, to)`` in which no fire time runs; a time without an offset is read
     in the task's time zone, and a date alone is its midnight there."""

@@ -15,6 +15,7 @@ from ecron.core.machine import (
     Transition,
     TriggerFailed,
     TriggerSent,
+    Waiting,
     apply,
     deadline_passed,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "TriggerFailed",
     "TriggerKind",
     "TriggerSent",
+    "Waiting",
     "apply",
     "current_step",
     "deadline_passed",

@@ -89,7 +89,43 @@ class Skipped:
     message: str
 
 
-Event = Reported | TriggerSent | TriggerFailed | ProbeFailed | CancelSent | Stopped | Skipped
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A claimed (SCHEDULED) run cannot start yet and waits: ``what`` for (``pool``: its
+    pool's room or pace; ``concurrency``: an older run of its task under ``forbid``;
+    ``retry-after``: the service asked for no trigger yet), ``why`` in words (its message)."""
+
+    what: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class HeldBack:
+    """The service answered a trigger ``429`` or ``503`` with ``Retry-After``: "not now"
+    (PROTOCOL.md, back-pressure). Nothing started there: the execution keeps its id and
+    waits, its trigger sent again at ``until``; not a failure (no trigger attempt, no
+    retry spent)."""
+
+    until: datetime
+    message: str
+
+
+#: ``waiting_for`` of an execution whose trigger the service held back (PENDING: it was
+#: sent, and refused; it leaves again at ``not_before``).
+RETRY_AFTER = "retry-after"
+
+
+Event = (
+    Reported
+    | TriggerSent
+    | TriggerFailed
+    | ProbeFailed
+    | CancelSent
+    | Stopped
+    | Skipped
+    | Waiting
+    | HeldBack
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +159,8 @@ def apply(execution: Execution, event: Event, now: datetime) -> Transition:
     refused = _refusal(execution, event)
     if refused is not None:
         return Transition(execution, execution, ignored=refused)
+    if execution.waiting_for is not None and isinstance(event, Reported):
+        return _heard_at_last(execution, event, now)
     if execution.steps and isinstance(event, Reported | TriggerFailed | ProbeFailed | Stopped):
         return _apply_to_step(execution, event, now)
     match event:
@@ -138,6 +176,8 @@ def apply(execution: Execution, event: Event, now: datetime) -> Transition:
             return Transition(execution, execution.evolve(cancel_sent_at=now))
         case Skipped(reason, message):
             return Transition(execution, _finish(execution, Status.SKIPPED, reason, message, now))
+        case Waiting() | HeldBack():
+            return _apply_wait(execution, event)
         case Stopped(status, acknowledged, message):
             assert status in (Status.TIMED_OUT, Status.CANCELLED), status
             after = _finish(execution, status, None, message, now, cancel_acknowledged=acknowledged)
@@ -159,15 +199,40 @@ def _refusal(execution: Execution, event: Event) -> str | None:
     if execution.cancel_sent_at is not None and isinstance(event, Reported | ProbeFailed):
         return "the cancel call was sent"
     scheduled = execution.status is Status.SCHEDULED
-    if isinstance(event, Skipped) and not scheduled:
+    if isinstance(event, HeldBack) and execution.status is not Status.PENDING:
+        return "only a trigger not yet answered can be held back"
+    if isinstance(event, Skipped | Waiting) and not scheduled:
         return "the trigger already left"
     if isinstance(event, CancelSent) and execution.cancel_sent_at is not None:
         return "the cancel call was already sent"
-    if not scheduled or isinstance(event, TriggerSent | Skipped):
+    if not scheduled or isinstance(event, TriggerSent | Skipped | Waiting):
         return None
     if isinstance(event, Stopped) and event.status is Status.CANCELLED:
         return None
     return "it has not started yet"
+
+
+def _apply_wait(execution: Execution, event: Waiting | HeldBack) -> Transition:
+    """A run that waits: to start (``Waiting``), or for the moment the service asked for
+    (``HeldBack``: its trigger leaves again then)."""
+    if isinstance(event, HeldBack):
+        after = execution.evolve(
+            waiting_for=RETRY_AFTER, not_before=event.until, message=event.message
+        )
+        return Transition(execution, after)
+    if execution.waiting_for == event.what and execution.message == event.why:
+        return Transition(execution, execution, ignored="it waits for that already")
+    return Transition(execution, execution.evolve(waiting_for=event.what, message=event.why))
+
+
+def _heard_at_last(execution: Execution, event: Reported, now: datetime) -> Transition:
+    """A report about an execution whose trigger the service held back: it answered at
+    last, so it no longer waits (a report that changes nothing leaves it waiting)."""
+    heard = execution.evolve(waiting_for=None)
+    transition = apply(heard, event, now)
+    if transition.after is heard or transition.after == heard:  # nothing new, or too late
+        return replace(transition, before=execution, after=execution)
+    return replace(transition, before=execution)
 
 
 def deadline_passed(execution: Execution, now: datetime) -> bool:
@@ -187,7 +252,11 @@ def _apply_trigger_sent(
     if step_timeout is not None:
         deadline = min(deadline, now + step_timeout)
     status = Status.PENDING if execution.status is Status.SCHEDULED else execution.status
-    after = execution.evolve(status=status, triggered_at=first, deadline=deadline, probe_failures=0)
+    after = execution.evolve(
+        status=status, triggered_at=first, deadline=deadline, probe_failures=0, waiting_for=None
+    )
+    if execution.waiting_for is not None:
+        after = after.evolve(message=None)
     if step is not None:
         after = after.evolve(steps=_replace_step(after, replace(step, started_at=now)))
     return Transition(execution, after)

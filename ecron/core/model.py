@@ -189,6 +189,10 @@ class Execution:
     #: A claimed execution does not start before this (its fire time plus jitter, a retry's
     #: backoff, a chained run's claim); kept once it started, as a fact of the run.
     not_before: datetime | None = None
+    #: A claimed run that waits to start: what for (its pool's room, an older run under
+    #: ``forbid``, the service's ``Retry-After``). It counts as active for its task's
+    #: ``concurrency`` meanwhile, and waiting is not a misfire. None once it started.
+    waiting_for: str | None = None
     probe_failures: int = 0
     cancel_sent_at: datetime | None = None
     cancel_acknowledged: bool | None = None

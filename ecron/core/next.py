@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ecron.core.flight import Ownership, due_at, in_flight, ownership
-from ecron.core.machine import Transition, deadline_passed
+from ecron.core.machine import RETRY_AFTER, Transition, deadline_passed
 from ecron.core.model import Execution
 from ecron.core.status import Status
 
@@ -233,6 +233,9 @@ def _follow(execution: Execution, now: datetime, cadence: Cadence, occasion: Occ
     adopted = isinstance(occasion, Taken) and occasion.adopted
     if call.status is Status.PENDING and not call.started:
         return Trigger(now)  # a step's: recording that it leaves comes first
+    if call.status is Status.PENDING and execution.waiting_for == RETRY_AFTER:
+        # the service held its trigger back: sent again at the moment it asked for
+        return Trigger(max(execution.not_before or now, now), probe_first=adopted)
     if call.status is Status.PENDING and (adopted or _just_started(occasion)):
         return Trigger(now, probe_first=adopted)
     if cadence.pushed:

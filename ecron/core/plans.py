@@ -22,6 +22,30 @@ class Holder:
     trigger_kind: TriggerKind
 
 
+#: Where a run waiting for its pool stands in line: live fire times before backfilled ones,
+#: then the oldest fire time first (``backfilled``, ``scheduled_at``, ``eid``).
+InLine = tuple[bool, datetime, str]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolGate:
+    """What starting a run of a pool's task is decided on besides its task's gate, read in
+    the start's transaction (the pool's row locked on PostgreSQL): the authority on a
+    cluster. The limits are the pool's settings; the rest is the cluster's state."""
+
+    name: str
+    max_running: int | None = None
+    max_per_second: float | None = None
+    #: Executions of the pool's tasks PENDING or RUNNING, on every node.
+    running: int = 0
+    #: The pool's runs that wait for its room or its pace, in the order they start.
+    line: tuple[InLine, ...] = ()
+    #: No trigger of the pool before this (the service's ``Retry-After``).
+    paused_until: datetime | None = None
+    #: The next moment a trigger of the pool may leave under ``max_per_second``.
+    next_trigger_at: datetime | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Gate:
     """What starting a task's executions is decided on, read in the start's transaction:
@@ -35,6 +59,11 @@ class Gate:
     active: tuple[Holder, ...] = ()
     #: Fire times of the task's schedule claimed for later (when asked for).
     later: tuple[datetime, ...] = ()
+    #: Its pool's gate, when it has a pool.
+    pool: PoolGate | None = None
+    #: No trigger of the task before this (the service's ``Retry-After``; a task without a
+    #: pool: with one, the pool's ``paused_until`` says it).
+    held_back_until: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

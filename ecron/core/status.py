@@ -93,6 +93,8 @@ class TriggerKind(StrEnum):
     RESUME = "resume"
     #: A chained task (``schedule: {after_task: ...}``), set off by its upstream's end.
     CHAIN = "chain"
+    #: A past fire time run on request (``POST /tasks/{name}/backfill``).
+    BACKFILL = "backfill"
 
 
 #: Statuses that never change again.

@@ -72,6 +72,7 @@ class Calls:
             step_name=None if step is None else step.name,
             step_number=number,
             upstream=execution.upstream,
+            trigger_kind=execution.trigger_kind.value,
         )
         call = spec.call(number)
         if len(self._known) >= KNOWN_CALLS:

@@ -87,6 +87,9 @@ class CallContext:
     step_name: str | None = None
     step_number: int | None = None
     upstream: str | None = None
+    #: Why the execution exists (``X-Ecron-Trigger-Kind``): schedule, manual, retry, resume,
+    #: chain or backfill.
+    trigger_kind: str = "schedule"
 
 
 def default_target(url: str, remote_id: str) -> URL:
@@ -188,6 +191,7 @@ class HttpCaller:
         headers["X-Ecron-Task"] = ctx.task
         headers["X-Ecron-Scheduled-At"] = iso(ctx.scheduled_at) or ""
         headers["X-Ecron-Attempt"] = str(ctx.attempt)
+        headers["X-Ecron-Trigger-Kind"] = ctx.trigger_kind
         if ctx.deadline is not None:
             headers["X-Ecron-Deadline"] = iso(ctx.deadline) or ""
         if ctx.resume_of is not None:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from functools import partial
 
 import structlog
 
-from ecron.clock import Clock
+from ecron.clock import Clock, iso
 from ecron.config.model import CallSettings
 from ecron.core import (
     CancelSent,
@@ -25,13 +26,15 @@ from ecron.core import (
     Stopped,
     ownership,
 )
+from ecron.core.machine import RETRY_AFTER, HeldBack
 from ecron.core.next import Occasion, Read, Recorded, Unanswered
 from ecron.executor.batch import batch_poll
 from ecron.executor.http import CallContext, CallOutcome, HttpCaller, OutcomeKind
 from ecron.executor.outcomes import poll_event, trigger_event
+from ecron.executor.pauses import Pauses, pause_key
 from ecron.executor.recorder import Change, Recorder
 from ecron.executor.stopping import send_cancel
-from ecron.executor.trigger import Attempt
+from ecron.executor.trigger import Attempt, held_back
 from ecron.logs import about
 
 log = structlog.get_logger(__name__)
@@ -46,6 +49,15 @@ class Happened:
     execution: Execution | None
     occasion: Occasion
     change: Change | None = None
+
+    @property
+    def fence(self) -> int | None:
+        """The fence of the lease it happened on (None: not known)."""
+        if self.execution is not None:
+            return self.execution.fence
+        if self.change is not None:
+            return self.change.transition.before.fence
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +84,8 @@ class Performer:
         self.caller = caller
         self.clock = clock
         self.stopping: set[tuple[str, int]] = set()
+        #: Where services asked for no trigger yet (``Retry-After``), as this node heard.
+        self.pauses = Pauses(clock)
 
     # -- triggers ---------------------------------------------------------------------------
 
@@ -119,6 +133,8 @@ class Performer:
         current = self.held.get(eid, execution)
         if outcome.report is not None:
             self.recorder.warn_ignored(current, outcome.report)
+        if held_back(outcome):
+            return await self._held_back(current, outcome)
         if outcome.kind is OutcomeKind.NO_ANSWER and attempt.outcome_unknown:
             log.warning(
                 "trigger_outcome_unknown",
@@ -130,6 +146,34 @@ class Performer:
         event = trigger_event(outcome, attempt.ctx.step_number)
         change = await self.recorder.record(current, event)
         return Happened(eid, change.stored, Recorded(change.transition), change)
+
+    def paused_until(self, execution: Execution) -> datetime | None:
+        """Until when a service asked this node for no trigger of ``execution``'s pool (or
+        task); None when it did not, or that moment passed."""
+        pool = self.calls.spec_of(execution.task).pool
+        return self.pauses.until(pause_key(execution.task, pool))
+
+    async def _held_back(self, execution: Execution, outcome: CallOutcome) -> Happened:
+        """The service held the trigger back (``429``/``503`` with ``Retry-After``): no trigger
+        of the task's pool (or of the task) before that moment, here at once and on every
+        node (``Store.hold_back``); the execution keeps its id and waits (``HeldBack``)."""
+        assert outcome.retry_after is not None
+        until = self.clock.now() + timedelta(seconds=outcome.retry_after)
+        pool = self.calls.spec_of(execution.task).pool
+        self.pauses.hold(pause_key(execution.task, pool), until)
+        whose = f"pool {pool.name}" if pool is not None else f"task {execution.task}"
+        message = (
+            f"the service answered HTTP {outcome.http_status} with Retry-After: "
+            f"no trigger of {whose} before {iso(until)}"
+        )
+        try:
+            await self.store.hold_back(execution.task, None if pool is None else pool.name, until)
+        except Exception:  # the execution waits anyway; other nodes learn at their next 429
+            log.exception("hold_back_not_recorded", task=execution.task, execution_id=execution.eid)
+        with about(execution, self.node_id):
+            log.info("trigger_held_back", until=iso(until), http_status=outcome.http_status)
+        change = await self.recorder.record(execution, HeldBack(until, message))
+        return Happened(execution.eid, change.stored, Recorded(change.transition), change)
 
     # -- polls ------------------------------------------------------------------------------
 
@@ -220,7 +264,8 @@ class Performer:
         try:
             with about(execution, self.node_id):
                 acknowledged: bool | None = None
-                if execution.triggered_at is not None:
+                if execution.triggered_at is not None and execution.waiting_for != RETRY_AFTER:
+                    # (a trigger the service held back started nothing: no cancel)
                     sent = await self.recorder.record(execution, CancelSent(), as_owner=owner)
                     if sent.stored is None or sent.stored.is_final:
                         return Happened(eid, sent.stored, Recorded(sent.transition), sent)

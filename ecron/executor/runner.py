@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from ecron.clock import Clock, Wakeup
 from ecron.core.next import Poll, Start, Timed, Trigger
@@ -162,6 +163,18 @@ class Executor:
     def wake(self) -> None:
         """Look at the timetable now (the clock may have moved)."""
         self._wake.set()
+
+    def load(self, now: datetime) -> dict[str, Any]:
+        """How loaded this node is (``/readyz``'s body, the metrics): ``saturated`` while
+        due polls wait over a second for a worker (past the polling ceiling: polls stretch
+        evenly, the API keeps its share), how long the oldest has waited, how many wait,
+        and how many polls may be out at once now."""
+        return {
+            "saturated": self.saturated(now),
+            "poll_delay_seconds": round(self.oldest_poll_wait(now).total_seconds(), 3),
+            "polls_waiting": self.backlog_of_polls,
+            "poll_pace": self.pace.limit,
+        }
 
     # -- handing out ----------------------------------------------------------------------
 

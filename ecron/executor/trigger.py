@@ -41,6 +41,16 @@ log = structlog.get_logger(__name__)
 StillOurs = Callable[[], Awaitable[bool]]
 
 
+def held_back(outcome: CallOutcome) -> bool:
+    """True when the service answered ``429`` or ``503`` with a ``Retry-After``: "not now"
+    for the whole service (PROTOCOL.md, back-pressure)."""
+    return (
+        outcome.kind is OutcomeKind.TRANSIENT
+        and outcome.http_status in (429, 503)
+        and outcome.retry_after is not None
+    )
+
+
 class _Backoff(wait_base):
     """Exponential backoff with jitter, never shorter than the service's ``Retry-After``."""
 
@@ -92,9 +102,11 @@ class Attempt:
         return self.probe_first or self.call.pushed
 
     def worth_retrying(self, outcome: CallOutcome) -> bool:
-        """True when ``outcome`` asks for another try and one may be made."""
+        """True when ``outcome`` asks for another try and one may be made (not when the
+        service held the trigger back: the engine waits until its ``Retry-After``)."""
         return (
             outcome.kind in RETRYABLE
+            and not held_back(outcome)
             and not self.abandoned
             and self.call.trigger_retry.attempts > self.tries
         )

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
 from ecron.core import Execution, FirePlan, Gate, Status
+from ecron.core.plans import PoolGate
 
 if TYPE_CHECKING:
     from ecron.config import TaskSpec
@@ -72,6 +73,16 @@ class Claimed:
 
 
 @dataclass(frozen=True, slots=True)
+class PoolState:
+    """Where a pool stands, on every node: its executions PENDING or RUNNING, its runs that
+    wait in its line, and until when the service asked for no trigger (``Retry-After``)."""
+
+    running: int
+    waiting: int
+    paused_until: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
 class StartWrites:
     """What a start decision writes, in its own transaction: compare-and-set writes of
     claimed executions (``(before, after)``) and new runs to insert (a run people asked
@@ -79,6 +90,8 @@ class StartWrites:
 
     writes: Sequence[tuple[Execution, Execution]] = ()
     inserts: Sequence[Execution] = ()
+    #: Pools whose next trigger moment ``max_per_second`` moved: pool name to that moment.
+    paces: Mapping[str, datetime] = field(default_factory=dict)
 
 
 #: Decides, from each task's gate, what every start becomes (``StartWrites``). It may be
@@ -197,6 +210,7 @@ class Store(abc.ABC):
         later_of: Collection[str] = (),
         new: Collection[str] = (),
         active_of: Collection[str] | None = None,
+        pools: Mapping[str, tuple[PoolGate, Collection[str]]] | None = None,
     ) -> Started:
         """Start executions, in one transaction: read the ``Gate`` of each task in ``tasks``
         (locking the task rows on PostgreSQL, so that two nodes never both start under
@@ -206,7 +220,20 @@ class Store(abc.ABC):
         ``later_of``;
         ``decide`` turns them into writes of claimed executions, each a compare-and-set,
         and inserts of new runs (their eids are ``new``), each left out when its key (fire
-        time, or ``resume_of``) is taken."""
+        time, or ``resume_of``) is taken. ``pools``: the pools of those tasks, each with its
+        limits (a ``PoolGate`` to fill in) and every task in it; each is read (its row
+        locked on PostgreSQL, after the task rows) into the gates of its tasks, and its
+        ``paces`` written."""
+
+    @abc.abstractmethod
+    async def hold_back(self, task: str, pool: str | None, until: datetime) -> None:
+        """The service asked for no trigger before ``until`` (``Retry-After``): of ``pool``
+        on every node, or of ``task`` when it has no pool. A later moment already set
+        stays."""
+
+    @abc.abstractmethod
+    async def pool_states(self, pools: Mapping[str, Collection[str]]) -> dict[str, PoolState]:
+        """Where each pool of ``pools`` (name to its tasks) stands, on every node."""
 
     @abc.abstractmethod
     async def task_finished(

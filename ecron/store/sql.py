@@ -34,6 +34,7 @@ from ecron.store.retry import retried, retrying
 from ecron.store.sql_chains import ChainOperations
 from ecron.store.sql_leases import LeaseOperations, advance_batch, take_batch
 from ecron.store.sql_lookups import LookupOperations
+from ecron.store.sql_pools import PoolOperations
 from ecron.store.sql_tasks import TaskOperations, stamps_batch, successes_batch
 from ecron.store.tables import (
     execution_table,
@@ -79,7 +80,9 @@ _STEP_UPDATE = (
 )
 
 
-class SqlStore(LeaseOperations, TaskOperations, LookupOperations, ChainOperations, Store):
+class SqlStore(
+    LeaseOperations, TaskOperations, LookupOperations, ChainOperations, PoolOperations, Store
+):
     """The store on SQLAlchemy Core; see ``Store`` for the contract of each operation."""
 
     def __init__(self, engines: Engines) -> None:

@@ -9,7 +9,7 @@ take the next row instead); on SQLite one writer at a time makes the same guaran
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -18,14 +18,25 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ecron.core import ACTIVE, HELD, Execution, FirePlan, Gate, Holder, Status, TriggerKind
+from ecron.core.plans import InLine, PoolGate
 from ecron.store.base import Claimed, Decider, DueTask, Planner, Started, StartWrites
 from ecron.store.bulk import Batch, Kind
 from ecron.store.engine import Dialect, Engines
 from ecron.store.retry import retried, retrying
+from ecron.store.sql_pools import IN_LINE
 from ecron.store.sql_tasks import can_fire
-from ecron.store.tables import execution_table, task_table
+from ecron.store.tables import execution_table, pool_table, task_table
 
 _ACTIVE = [str(status) for status in ACTIVE]
+#: The runs a start counts for ``concurrency``: the active ones, and the claimed ones that
+#: wait to start (a pool's room, an older run under ``forbid``, ``Retry-After``).
+_ACTIVE_OR_WAITING = sa.or_(
+    execution_table.c.status.in_(_ACTIVE),
+    sa.and_(
+        execution_table.c.status == str(Status.SCHEDULED),
+        execution_table.c.waiting_for.is_not(None),
+    ),
+)
 _HELD = [str(status) for status in HELD]
 _HELD_SQL = ", ".join(f"'{status}'" for status in sorted(_HELD))
 #: At most this many eids go into one ``IN (...)`` list.
@@ -114,19 +125,89 @@ class LeaseOperations:
         later_of: Collection[str] = (),
         new: Collection[str] = (),
         active_of: Collection[str] | None = None,
+        pools: Mapping[str, tuple[PoolGate, Collection[str]]] | None = None,
     ) -> Started:
         names = sorted(set(tasks))
         holders = names if active_of is None else sorted(set(active_of))
         async with self.engines.write() as conn:
             gates = await self._gates(conn, names, sorted(set(later_of)), holders)
+            if pools:
+                gates = await self._pool_gates(conn, gates, pools)
             plan = decide(gates)
             if retrying() and (own := _own_active(gates, plan, new)):
                 # the attempt before started these and its commit was lost: decide as it did
                 plan = decide(_without_own(gates, own))
             stored = await self._save(conn, plan.writes)
             inserted = await self._insert_executions(conn, plan.inserts)
+            for pool, at in sorted(plan.paces.items()):
+                update = pool_table.update().where(pool_table.c.name == pool)
+                await conn.execute(update.values(next_trigger_at=at))
         written = [(b, a, done) for (b, a), done in zip(plan.writes, stored, strict=True)]
         return Started(written, inserted)
+
+    async def _pool_gates(
+        self,
+        conn: AsyncConnection,
+        gates: dict[str, Gate],
+        pools: Mapping[str, tuple[PoolGate, Collection[str]]],
+    ) -> dict[str, Gate]:
+        """``gates`` with their pools' (see ``start_executions``): each pool's row (made on
+        its first use; locked on PostgreSQL, in name order), its executions active on any
+        node, and its line of waiting runs."""
+        names = sorted(pools)
+        rows = await self._pool_rows(conn, names)
+        members = {task: pool for pool in names for task in pools[pool][1]}
+        everyone = sorted(members)
+        running: dict[str, int] = defaultdict(int)
+        count = (
+            sa.select(execution_table.c.task, sa.func.count())
+            .where(execution_table.c.task.in_(everyone), execution_table.c.status.in_(_ACTIVE))
+            .group_by(execution_table.c.task)
+        )
+        for task, active in await conn.execute(count):
+            running[members[task]] += active
+        line: dict[str, list[InLine]] = defaultdict(list)
+        waiting = sa.select(
+            execution_table.c.task,
+            execution_table.c.trigger_kind,
+            execution_table.c.scheduled_at,
+            execution_table.c.eid,
+        ).where(
+            execution_table.c.task.in_(everyone),
+            execution_table.c.status == str(Status.SCHEDULED),
+            execution_table.c.waiting_for.in_(IN_LINE),
+        )
+        for task, kind, when, eid in await conn.execute(waiting):
+            line[members[task]].append((kind == str(TriggerKind.BACKFILL), when, eid))
+        filled = {
+            name: replace(
+                pools[name][0],
+                running=running[name],
+                line=tuple(sorted(line[name])),
+                paused_until=rows[name].paused_until if name in rows else None,
+                next_trigger_at=rows[name].next_trigger_at if name in rows else None,
+            )
+            for name in names
+        }
+        return {
+            task: replace(gate, pool=filled[members[task]]) if task in members else gate
+            for task, gate in gates.items()
+        }
+
+    async def _pool_rows(self, conn: AsyncConnection, names: list[str]) -> dict[str, Any]:
+        """The rows of pools ``names``, locked on PostgreSQL; those missing made first."""
+        query = self._locking(
+            sa.select(pool_table).where(pool_table.c.name.in_(names)).order_by(pool_table.c.name)
+        )
+        rows = {row.name: row for row in await conn.execute(query)}
+        if missing := [name for name in names if name not in rows]:
+            await conn.execute(self._insert_missing_pools(missing))
+            rows = {row.name: row for row in await conn.execute(query)}
+        return rows
+
+    def _insert_missing_pools(self, names: list[str]) -> Any:
+        values = [{"name": name} for name in names]
+        return self.engines.dialect.insert(pool_table).values(values).on_conflict_do_nothing()
 
     async def _gates(
         self, conn: AsyncConnection, names: list[str], later_of: list[str], active_of: list[str]
@@ -140,6 +221,7 @@ class LeaseOperations:
                     task_table.c.paused,
                     task_table.c.paused_reason,
                     task_table.c.retired,
+                    task_table.c.held_back_until,
                 )
                 .where(task_table.c.name.in_(names))
                 .order_by(task_table.c.name)
@@ -165,6 +247,7 @@ class LeaseOperations:
                 retired=row is None or bool(row.retired),
                 active=tuple(active.get(name, ())),
                 later=tuple(sorted(later.get(name, ()))),
+                held_back_until=row.held_back_until if row else None,
             )
         return gates
 
@@ -177,7 +260,7 @@ class LeaseOperations:
                 execution_table.c.scheduled_at,
                 execution_table.c.trigger_kind,
             )
-            .where(execution_table.c.task.in_(names), execution_table.c.status.in_(_ACTIVE))
+            .where(execution_table.c.task.in_(names), _ACTIVE_OR_WAITING)
             .order_by(execution_table.c.scheduled_at, execution_table.c.eid)
         )
         holders: dict[str, list[Holder]] = defaultdict(list)

@@ -58,6 +58,8 @@ class TaskRow(SQLModel, table=True):
     overdue_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     enabled: bool = True
     paused: bool = False
+    #: No trigger of the task before this (``Retry-After``; a task without a pool).
+    held_back_until: datetime | None = Field(default=None, sa_type=UTCDateTime)
     paused_reason: str | None = Field(default=None, sa_type=sa.Text)
     consecutive_failures: int = 0
     retired: bool = False
@@ -135,6 +137,8 @@ class ExecutionRow(SQLModel, table=True):
     finished_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     deadline: datetime | None = Field(default=None, sa_type=UTCDateTime)
     not_before: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    #: A claimed run that waits to start (a pool's room, an older run, ``Retry-After``).
+    waiting_for: str | None = Field(default=None, max_length=300)
     probe_failures: int = 0
     cancel_sent_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     cancel_acknowledged: bool | None = None
@@ -181,6 +185,19 @@ class NodeRow(SQLModel, table=True):
     version: str = Field(default="", max_length=32)
 
 
+class PoolRow(SQLModel, table=True):
+    """What the nodes share about a pool (or a task without one, as ``task:NAME``) beyond
+    its executions: the service's ``Retry-After`` and the pace of ``max_per_second``."""
+
+    __tablename__: ClassVar[str] = "pool"
+
+    name: str = Field(primary_key=True, max_length=210)
+    #: No trigger of the pool leaves before this (a 429/503 with ``Retry-After``).
+    paused_until: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    #: The next moment a trigger of the pool may leave under ``max_per_second``.
+    next_trigger_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+
+
 class SettingRow(SQLModel, table=True):
     """Values the cluster shares, such as the generated callback secret."""
 
@@ -196,3 +213,4 @@ execution_table: sa.Table = ExecutionRow.__table__  # type: ignore[attr-defined]
 step_table: sa.Table = ExecutionStepRow.__table__  # type: ignore[attr-defined]
 node_table: sa.Table = NodeRow.__table__  # type: ignore[attr-defined]
 setting_table: sa.Table = SettingRow.__table__  # type: ignore[attr-defined]
+pool_table: sa.Table = PoolRow.__table__  # type: ignore[attr-defined]

@@ -75,6 +75,8 @@ class StateWriter:
         self._in_flight: dict[str, int] = {}
         self._failed: dict[str, tuple[int, int]] = {}
         self._urgent = asyncio.Event()
+        #: Set when a transaction in flight ends, or a durable write asks to go now.
+        self._moved = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
         #: The transactions in flight.
         self._flights: set[asyncio.Task[None]] = set()
@@ -90,7 +92,7 @@ class StateWriter:
         ``then_insert``: executions inserted in the same transaction if the write lands."""
         done: asyncio.Future[Execution | None] = asyncio.get_running_loop().create_future()
         self._add(_Write(before, after, [done], list(then_insert)))
-        self._urgent.set()
+        self._go_now()
         # Not shielded: a caller cancelled meanwhile cancels its wait, not the write.
         return await done
 
@@ -114,34 +116,44 @@ class StateWriter:
             self._pending[eid] = write
         else:
             self._later.append(write)
+        self._moved.set()
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._run(), name="ecron-state-writer")
 
     async def _run(self) -> None:
         while self._pending or self._later or self._flights:
-            if self._flights and (len(self._flights) >= self.concurrency or not self._pending):
-                await self._flight_ends()  # or a durable write comes
+            full = len(self._flights) >= self.concurrency
+            if self._flights and (full or not (self._pending or self._later)):
+                await self._next_move()  # a transaction ends, or a write comes
                 continue
             if not self._urgent.is_set() and len(self._pending) < self.max_batch:
                 with suppress(TimeoutError):
-                    await asyncio.wait_for(self._urgent.wait(), self.linger)
+                    async with asyncio.timeout(self.linger):  # no task made, unlike wait_for
+                        await self._urgent.wait()
             self._urgent.clear()
             batch = self._take()
-            if not batch:
-                if not self._flights:  # nothing can go: it waits on nothing in flight
-                    await asyncio.sleep(0)
+            if not batch:  # what is left builds on a write in flight, or on nothing
+                await (self._next_move() if self._flights else asyncio.sleep(0))
                 continue
             flight = asyncio.create_task(self._flush(batch), name="ecron-state-write")
             self._flights.add(flight)
-            flight.add_done_callback(self._flights.discard)
+            flight.add_done_callback(self._flight_ended)
 
-    async def _flight_ends(self) -> None:
-        """Wait until a transaction in flight ends, or a durable write asks to go now."""
-        urgent = asyncio.ensure_future(self._urgent.wait())
-        try:
-            await asyncio.wait({*self._flights, urgent}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            urgent.cancel()
+    def _go_now(self) -> None:
+        """A write waits to go in the next transaction at once (durable, or freed by one
+        that landed)."""
+        self._urgent.set()
+        self._moved.set()
+
+    def _flight_ended(self, flight: asyncio.Task[None]) -> None:
+        self._flights.discard(flight)
+        self._moved.set()
+
+    async def _next_move(self) -> None:
+        """Wait until a transaction in flight ends or a write comes (one event, set by
+        both: waiting makes no task, and never spins)."""
+        self._moved.clear()
+        await self._moved.wait()
 
     def _take(self) -> list[_Write]:
         """The next transaction's writes: at most one per execution, none built on a write
@@ -160,7 +172,7 @@ class StateWriter:
             else:
                 self._pending[eid] = write
                 if write.waiters:  # a durable write: it goes in the next transaction
-                    self._urgent.set()
+                    self._go_now()
         self._failed.clear()
         for write in batch:
             self._in_flight[write.before.eid] = write.after.version
@@ -190,7 +202,7 @@ class StateWriter:
         for write in batch:
             self._in_flight.pop(write.before.eid, None)
         if self._later:
-            self._urgent.set()
+            self._go_now()
 
     def _retry_later(self, batch: list[_Write], exc: Exception) -> None:
         """The transaction failed: the waiters hear why; write-behind changes stay queued
@@ -226,7 +238,7 @@ class StateWriter:
     async def drain(self, timeout: float | None = None) -> bool:
         """Wait until every write asked for so far is done (at most ``timeout`` seconds);
         True when nothing is left."""
-        self._urgent.set()
+        self._go_now()
         if self._flusher is not None and not self._flusher.done():
             await asyncio.wait({self._flusher}, timeout=timeout)
         return self.backlog == 0 and (self._flusher is None or self._flusher.done())

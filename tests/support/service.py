@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +76,19 @@ class UserService:
         """Run the jobs on ``clock`` (a test's clock): a job of N seconds is done once that
         clock has moved N seconds past its start. Calls are still stamped in real time."""
         self.job_time = lambda: clock.now().timestamp()
+
+    def most_at_once(self, eids: Collection[str] | None = None) -> int:
+        """The most jobs (of ``eids``, or all) that ran at once at the service, each from
+        its start to its end."""
+        jobs = [job for eid, job in self.jobs.items() if eids is None or eid in eids]
+        moments = sorted(
+            [(job.started + job.duration, -1) for job in jobs] + [(job.started, 1) for job in jobs]
+        )
+        most = running = 0
+        for _, change in moments:
+            running += change
+            most = max(most, running)
+        return most
 
     def calls_for(self, eid: str, method: str | None = None) -> list[Call]:
         """Calls about ``eid`` (optionally of one method), in order."""

@@ -26,6 +26,19 @@ const TASK_COLUMNS = [
     t.paused ? button("unpause", "unpause", t.name) : button("pause", "pause", t.name)]],
 ];
 
+// A pool's use: running of its max_running (a bar when it has one), waiting, pace, Retry-After.
+const POOL_COLUMNS = [
+  p => [p.name, () => h("code", {}, p.name)],
+  p => [[p.running, p.max_running], () => p.max_running == null ? String(p.running)
+    : [h("meter", {min: 0, max: p.max_running, value: p.running,
+      "aria-label": `${p.name}: ${p.running} of ${p.max_running} running`}),
+    ` ${p.running}/${p.max_running}`]],
+  p => [p.waiting, () => String(p.waiting)],
+  p => [p.max_per_second, () => p.max_per_second == null ? "–" : `${p.max_per_second}/s`],
+  p => [p.paused_until, () => timeNode(p.paused_until)],
+  p => [p.tasks.join(), () => textOf(p.tasks.join(", "))],
+];
+
 const RUNNING_COLUMNS = [
   e => [[e.id, e.steps.map(s => s.status)], () => [executionLink(e.id), stepsInline(e)]],
   e => [e.task, () => e.task],
@@ -93,8 +106,9 @@ export async function refreshHome() {
   const filters = homeFilters();
   const key = JSON.stringify(filters);
   if (key !== paging.key) { paging.key = key; paging.cursors = []; }
-  const [tasks, running, pending, history] = await Promise.all([
+  const [tasks, pools, running, pending, history] = await Promise.all([
     get("/tasks"),
+    get("/pools"),
     get("/executions?status=RUNNING&limit=200"),
     get("/executions?status=PENDING&limit=200"),
     get(historyPath(filters)),
@@ -103,6 +117,8 @@ export async function refreshHome() {
   fillFilters(tasks.items, filters);
   syncRows(document.getElementById("tasks"), tasks.items, t => t.name, TASK_COLUMNS,
     "no tasks");
+  document.getElementById("pools-section").hidden = !pools.items.length;
+  syncRows(document.getElementById("pools"), pools.items, p => p.name, POOL_COLUMNS, "no pools");
   syncRows(document.getElementById("running"), active, e => e.id, RUNNING_COLUMNS,
     "nothing running");
   const what = [filters.task && `task ${filters.task}`, filters.status].filter(Boolean);
