@@ -124,6 +124,11 @@ class SqlStore(
             inserted = await self._insert_executions(conn, [execution])
         return inserted[0] if inserted else None
 
+    @retried("create_executions")
+    async def create_executions(self, executions: Sequence[Execution]) -> list[Execution]:
+        async with self.engines.write() as conn:
+            return await self._insert_executions(conn, executions)
+
     async def _insert_executions(
         self, conn: AsyncConnection, executions: Sequence[Execution]
     ) -> list[Execution]:
