@@ -330,6 +330,35 @@ async def test_a_backfill_runs_each_fire_time_once_oldest_first_one_at_a_time_un
     assert sorted(user_service.starts.values()) == [1] * 5
 
 
+async def test_a_backfill_outlives_a_restart_of_its_node_and_runs_each_fire_time_once(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """The daemon stops while the first backfilled run runs and the four others wait; a new
+    one on the same database takes them over: the running one is followed, never triggered
+    again, and the others run after it, one at a time, oldest first. Every fire time ran
+    once, SUCCESS."""
+    clock = FakeClock(NOW)
+    user_service.on_clock(clock)
+    user_service.duration = 1.0
+    seen = Concurrency(user_service)
+    user_service.behaviour = seen
+    spec = report_task(f"{user_service.url}/jobs/report")
+    async with make_daemon([spec], clock=clock) as first:
+        status, answer = await post(first, "report", {"from": WEEK_FROM, "to": WEEK_TO})
+        await wait_for(lambda: seen.triggered, timeout=5)
+        waiting = [e for e in await every_execution(first, "report") if e.waiting_for]
+    async with make_daemon([spec], clock=clock) as second:
+        ran = await run_clock(second, clock, "report", len(WEEK))
+    assert status == 202 and len(waiting) == 4
+    assert [e.eid for e in ran] == answer["executions"]
+    assert [(e.scheduled_at, e.status) for e in ran] == [(when, Status.SUCCESS) for when in WEEK]
+    assert seen.most == 1 and seen.triggered == [iso(when) for when in WEEK]
+    assert sorted(user_service.starts.values()) == [1] * 5
+    assert [len(user_service.calls_for(e.eid, "POST")) for e in ran] == [1] * 5
+    assert {e.waiting_for for e in ran} == {None}  # the wait is over, and said so
+    assert not [e.message for e in ran if "waiting for" in (e.message or "")]
+
+
 async def test_fire_times_with_an_execution_already_are_counted_and_not_run_again(
     make_daemon: DaemonFactory, user_service: UserService
 ) -> None:

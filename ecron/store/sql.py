@@ -64,6 +64,7 @@ STATE_COLUMNS = (
     "cancel_sent_at",
     "cancel_acknowledged",
     "lease_until",
+    "waiting_for",
 )
 _SAVE_KINDS: dict[str, Kind] = {
     "eid": "text",
