@@ -23,6 +23,7 @@ from ecron.backfill import (
 )
 from ecron.clock import iso
 from ecron.config.model import TaskSpec
+from ecron.config.rules import PoolSpec
 from ecron.core import Execution, Status, TriggerKind
 from ecron.daemon import Daemon
 from ecron.planning import Claim, FirstFireTimes, plan_fires
@@ -357,6 +358,35 @@ async def test_a_backfill_outlives_a_restart_of_its_node_and_runs_each_fire_time
     assert [len(user_service.calls_for(e.eid, "POST")) for e in ran] == [1] * 5
     assert {e.waiting_for for e in ran} == {None}  # the wait is over, and said so
     assert not [e.message for e in ran if "waiting for" in (e.message or "")]
+
+
+async def test_backfilled_runs_wait_in_their_pool_behind_a_live_run_of_another_task(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """A week backfilled (``allow``) in a pool of ``max_running: 1`` that another task
+    shares, whose run is asked while the first backfilled one runs: never two jobs at once
+    at the service; when the slot frees, the other task's run goes first (live runs before
+    backfilled ones in a pool's line), then the backfilled ones, oldest fire time first;
+    all SUCCESS, none SKIPPED."""
+    clock = FakeClock(NOW)
+    user_service.on_clock(clock)
+    user_service.duration = 1.0
+    seen = Concurrency(user_service)
+    user_service.behaviour = seen
+    pool = PoolSpec(name="reports", max_running=1)
+    url = f"{user_service.url}/jobs/report"
+    specs = [report_task(url, concurrency="allow", pool=pool), task("other", url, pool=pool)]
+    async with make_daemon(specs, clock=clock) as daemon:
+        status, _ = await post(daemon, "report", {"from": WEEK_FROM, "to": WEEK_TO})
+        await wait_for(lambda: seen.triggered, timeout=5)
+        other, _ = await daemon.parts.commands.run_now("other")
+        ran = await run_clock(daemon, clock, "report", len(WEEK))
+        [other_done] = await run_clock(daemon, clock, "other", 1)
+    assert status == 202 and seen.most == 1
+    assert [(e.scheduled_at, e.status) for e in ran] == [(when, Status.SUCCESS) for when in WEEK]
+    week = [iso(when) for when in WEEK]
+    assert seen.triggered == [week[0], iso(other.scheduled_at), *week[1:]]
+    assert other_done.status is Status.SUCCESS
 
 
 async def test_fire_times_with_an_execution_already_are_counted_and_not_run_again(
