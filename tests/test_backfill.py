@@ -296,10 +296,11 @@ async def test_a_backfill_runs_each_fire_time_once_oldest_first_one_at_a_time_un
     make_daemon: DaemonFactory, user_service: UserService
 ) -> None:
     """202 and one execution per fire time (``trigger_kind: backfill``, ``scheduled_at`` that
-    fire time). Under ``forbid`` the user service sees them one at a time, oldest fire time
-    first; each starts the moment the one before ends (woken, not polled for), and all end
-    SUCCESS, none SKIPPED. A second backfill of the period creates nothing: ``already_run``
-    is all of them, and no trigger reaches the service again; a dry run says the same."""
+    fire time; the service is told ``X-Ecron-Trigger-Kind: backfill``). Under ``forbid`` the
+    user service sees them one at a time, oldest fire time first; each starts the moment
+    the one before ends (woken, not polled for), and all end SUCCESS, none SKIPPED. A second
+    backfill of the period creates nothing: ``already_run`` is all of them, and no trigger
+    reaches the service again; a dry run says the same."""
     clock = FakeClock(NOW)
     user_service.on_clock(clock)
     user_service.duration = 1.0
@@ -329,6 +330,10 @@ async def test_a_backfill_runs_each_fire_time_once_oldest_first_one_at_a_time_un
     assert preview == (200, again)
     assert [e.eid for e in after] == [e.eid for e in ran]
     assert sorted(user_service.starts.values()) == [1] * 5
+    headers = [user_service.calls_for(e.eid, "POST")[0].headers for e in ran]
+    assert {(h["X-Ecron-Trigger-Kind"], h["X-Ecron-Attempt"]) for h in headers} == {
+        ("backfill", "1")
+    }
 
 
 async def test_a_backfill_outlives_a_restart_of_its_node_and_runs_each_fire_time_once(
