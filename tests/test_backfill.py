@@ -15,6 +15,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+import ecron.starts as starts_module
 from ecron.backfill import (
     MAX_FIRE_TIMES,
     BadBackfill,
@@ -508,3 +509,34 @@ async def test_a_failed_backfilled_run_is_retried_before_the_next_fire_time_runs
         (TriggerKind.RETRY, 2, Status.SUCCESS),
         (TriggerKind.BACKFILL, 1, Status.SUCCESS),
     ]
+
+
+async def test_while_a_long_backfill_runs_only_the_run_next_in_line_is_decided_again(
+    database_url: str, user_service: UserService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sixty fire times backfilled under ``forbid``, the first one running for a minute:
+    over ten seconds the start decision is asked again about the run next in line, once a
+    second, and not about the fifty-eight behind it (they cannot start before it does), so
+    a backfill of thousands of fire times does not cost thousands of decisions a second."""
+    asked: list[str] = []
+    real = starts_module.decide_start
+
+    def counted(execution: Execution, spec: Any, gate: Any, now: datetime) -> Any:
+        asked.append(execution.eid)
+        return real(execution, spec, gate, now)
+
+    monkeypatch.setattr(starts_module, "decide_start", counted)
+    user_service.duration = 60.0
+    spec = task("b", f"{user_service.url}/jobs/x", schedule={"every": "1h"}, enabled=False)
+    async with rig(database_url, [spec], NOW) as r:
+        user_service.on_clock(r.clock)
+        done = await r.commands.backfill("b", NOW - timedelta(hours=60), NOW, dry_run=False)
+        await wait_for(lambda: r.engine.settled(r.clock.now()))
+        first_round = len(asked)
+        for _ in range(10):
+            now = r.clock.advance(timedelta(seconds=1))
+            await wait_for(lambda: r.engine.settled(now), timeout=5)  # noqa: B023
+        again = asked[first_round:]
+        waiting = [e for e in await r.executions("b") if e.status is Status.SCHEDULED]
+    assert len(done.executions) == 60 and first_round == 60 and len(waiting) == 59
+    assert set(again) == {done.executions[1]} and 9 <= len(again) <= 11
