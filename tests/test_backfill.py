@@ -511,21 +511,46 @@ async def test_a_failed_backfilled_run_is_retried_before_the_next_fire_time_runs
     ]
 
 
+@pytest.fixture
+def asked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The eid of every run the one start decision is asked about, in order (the real
+    ``decide_start`` still decides)."""
+    seen: list[str] = []
+    real = starts_module.decide_start
+
+    def counted(execution: Execution, spec: Any, gate: Any, now: datetime) -> Any:
+        seen.append(execution.eid)
+        return real(execution, spec, gate, now)
+
+    monkeypatch.setattr(starts_module, "decide_start", counted)
+    return seen
+
+
+async def test_each_end_of_a_backfilled_run_wakes_only_the_next_one(
+    database_url: str, user_service: UserService, asked: list[str]
+) -> None:
+    """Forty fire times backfilled under ``forbid``, each job done at its trigger: they run
+    one after another, and each end asks the start decision about the next run only (the
+    others could not start before it), so forty runs cost about eighty decisions, not the
+    eight hundred of waking every waiting run at every end."""
+    user_service.duration = 0.0
+    spec = task("b", f"{user_service.url}/jobs/x", schedule={"every": "1h"}, enabled=False)
+    async with rig(database_url, [spec], NOW) as r:
+        done = await r.commands.backfill("b", NOW - timedelta(hours=40), NOW, dry_run=False)
+        ran = await r.settled("b", 40)
+    assert [e.eid for e in ran] == list(done.executions)
+    assert all(e.status is Status.SUCCESS for e in ran)
+    assert [user_service.starts.get(eid) for eid in done.executions] == [1] * 40
+    assert len(asked) <= 2 * 40 + 5
+
+
 async def test_while_a_long_backfill_runs_only_the_run_next_in_line_is_decided_again(
-    database_url: str, user_service: UserService, monkeypatch: pytest.MonkeyPatch
+    database_url: str, user_service: UserService, asked: list[str]
 ) -> None:
     """Sixty fire times backfilled under ``forbid``, the first one running for a minute:
     over ten seconds the start decision is asked again about the run next in line, once a
     second, and not about the fifty-eight behind it (they cannot start before it does), so
     a backfill of thousands of fire times does not cost thousands of decisions a second."""
-    asked: list[str] = []
-    real = starts_module.decide_start
-
-    def counted(execution: Execution, spec: Any, gate: Any, now: datetime) -> Any:
-        asked.append(execution.eid)
-        return real(execution, spec, gate, now)
-
-    monkeypatch.setattr(starts_module, "decide_start", counted)
     user_service.duration = 60.0
     spec = task("b", f"{user_service.url}/jobs/x", schedule={"every": "1h"}, enabled=False)
     async with rig(database_url, [spec], NOW) as r:
