@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ecron.core import Execution, TriggerKind, Waiting
+from ecron.core import Execution, Holder, Status, TriggerKind, Waiting
 from ecron.core.plans import InLine, PoolGate
 
 
@@ -23,6 +23,9 @@ class Wait:
 #: How soon a waiting run is decided again when nothing wakes it sooner (a slot freed, or
 #: an older run ended, on another node).
 WAIT_RECHECK = timedelta(seconds=1)
+#: How soon a backfilled run that waits behind another waiting run of its task (``forbid``)
+#: is decided again when nothing wakes it sooner: it cannot start before that one does.
+WAIT_IN_LINE = timedelta(minutes=1)
 
 
 #: ``waiting_for`` of a run that waits for its pool's room or pace.
@@ -36,6 +39,18 @@ def in_line(execution: Execution) -> InLine:
     ones, then the oldest fire time first."""
     backfilled = execution.trigger_kind is TriggerKind.BACKFILL
     return (backfilled, execution.scheduled_at, execution.eid)
+
+
+def wait_in_turn(older: tuple[Holder, ...], now: datetime) -> Wait:
+    """How a backfilled run waits under ``forbid`` for the ``older`` runs of its task (active
+    ones, and waiting ones of older fire times): decided again within ``WAIT_RECHECK`` when
+    it is next (only active runs are older), else within ``WAIT_IN_LINE``: it cannot start
+    before the waiting one ahead of it, and an end here of a run of its task wakes it anyway.
+    So a backfill of thousands of fire times is decided again about once a second while one
+    of them runs, not thousands of times a second (each decision reads every waiting run)."""
+    why = f"waiting for execution {older[0].eid} to end (concurrency: forbid)"
+    behind = any(other.status is Status.SCHEDULED for other in older)
+    return Wait(Waiting(CONCURRENCY, why), now + (WAIT_IN_LINE if behind else WAIT_RECHECK))
 
 
 def room_in_pool(execution: Execution, pool: PoolGate, now: datetime) -> Wait | None:

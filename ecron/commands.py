@@ -1,11 +1,13 @@
-"""What people (and the patrol) ask a node to do: run a task now, cancel, take a callback's
-report, resume, pause and unpause. The API calls these and nothing else of the engine; the
-loops (scheduler, engine, patrol) only run.
+"""What people (and the patrol) ask a node to do: run a task now, backfill a period, cancel,
+take a callback's report, resume, pause and unpause. The API calls these and nothing else of
+the engine; the loops (scheduler, engine, patrol) only run.
 
 A run now and a resume are new runs that go through the one start path (``Engine.start_new``
 → ``ecron.starts``), like every fire time: the task's rules (``concurrency``, pause) are
 decided there, in the same transaction that inserts the run, with the other starts due at
-that moment; the command only builds the run and reads the decision.
+that moment; the command only builds the run and reads the decision. A backfill's runs are
+claimed runs, inserted and handed to the engine (``Engine.hold``) as a retry is: the same
+path decides each one's start when it falls due.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 import structlog
 
+from ecron.backfill import Backfill, backfill_runs, period_fire_times
 from ecron.bookkeeping import PAUSE_ATTEMPTS, Bookkeeping
 from ecron.capacity import Wait
 from ecron.clock import Clock, Wakeup, iso
@@ -128,6 +131,43 @@ class Commands:
             when = last + _MILLISECOND
         self._manual[name] = when
         return when
+
+    async def backfill(
+        self, name: str, start: datetime, end: datetime, *, dry_run: bool
+    ) -> Backfill:
+        """Run the past fire times of ``name`` in ``[start, end)`` (``ecron.backfill``), or
+        only list them (``dry_run``: nothing is written). Each fire time without an execution
+        gets one, claimed here and handed to the engine, which starts it through the one
+        start path like a retry; one that has an execution already counts as
+        ``already_run``. Raises ``NotFound``, ``BadBackfill``, and ``Conflict`` for a paused
+        task (its runs would all be SKIPPED ``paused``, and their fire times spent)."""
+        spec = self.specs.get(name)
+        if spec is None:
+            raise NotFound(f"task {name!r} is not in this node's config")
+        now = self.clock.now()
+        times = period_fire_times(spec, start, end, now)
+        taken = await self.store.fire_times_taken(name, times)
+        if dry_run:
+            return Backfill(name, start, end, tuple(times), len(taken))
+        task = await self.store.get_task(name)
+        if task is not None and task.paused:
+            raise Conflict(f"task {name!r} is paused: unpause it first, then backfill")
+        todo = [when for when in times if when not in taken]
+        runs = backfill_runs(spec, todo, self.bookkeeping.claim(now))
+        created = await self.store.create_executions(runs)
+        self.engine.hold(created)
+        log.info(
+            "backfill_started",
+            task=name,
+            start=iso(start),
+            end=iso(end),
+            fire_times=len(times),
+            already_run=len(times) - len(created),
+            created=len(created),
+        )
+        return Backfill(
+            name, start, end, tuple(times), len(times) - len(created), tuple(e.eid for e in created)
+        )
 
     # -- executions ------------------------------------------------------------------------
 

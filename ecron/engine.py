@@ -107,7 +107,7 @@ class Engine:
         self._closing = asyncio.Event()
         self._starting = False
         #: Runs held here that wait to start, by what wakes them.
-        self._waiting = Waiters(recorder.calls)
+        self._waiting = Waiters(recorder.calls, recorder.held)
 
     # -- what the scheduler, the commands, the patrol and the API call --------------------
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from ecron.backoff import delay_after, exponential
-from ecron.capacity import CONCURRENCY, WAIT_RECHECK, Wait, room_in_pool
+from ecron.capacity import Wait, room_in_pool, wait_in_turn
 from ecron.clock import iso
 from ecron.config.model import TaskSpec
 from ecron.core import (
@@ -288,8 +288,7 @@ def decide_start(
     older = _older(execution, gate.active)
     if older and spec.concurrency == "forbid":
         if execution.trigger_kind is TriggerKind.BACKFILL:
-            why = f"waiting for execution {older[0].eid} to end (concurrency: forbid)"
-            return Wait(Waiting(CONCURRENCY, why), now + WAIT_RECHECK)
+            return wait_in_turn(older, now)
         if asked:
             return Decline(older[0])
         why = f"execution {older[0].eid} was still {older[0].status}"

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from ecron.cli.display import absolute, relative, short_length
 from ecron.cli.group import cli
 from ecron.clock import iso
 from ecron.config.model import TaskSpec
-from ecron.core import Execution, Reason, Status
+from ecron.core import Execution, Reason, Status, TriggerKind
 from ecron.daemon import Daemon
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, reply, run_once
@@ -297,6 +298,59 @@ async def test_errors_are_one_line_with_a_non_zero_exit(daemon: Daemon) -> None:
         assert result.exit_code == code, (args, result.output)
         assert result.stdout == "" and result.stderr.count("\n") == 1, (args, result.stderr)
         assert result.stderr.startswith("Error: ") and text in result.stderr, result.stderr
+
+
+async def test_backfill_lists_a_periods_fire_times_runs_them_once_and_names_a_bad_field(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """``ecron backfill NAME --from --to``: ``--dry-run`` prints the period, its fire times
+    (New Year's Day at midnight in Tokyo, three of them) and what would run, and creates
+    nothing; without it, one ``started <id>`` line per new execution, which run one after
+    another (``forbid``) and end SUCCESS as backfills; again, nothing starts (all three
+    already run); ``--json`` prints the API's answer; a period ending in the future is one
+    line naming the field, exit 1."""
+    user_service.durations.update(quick=0.2)
+    spec = task("new-year", f"{user_service.url}/jobs/quick", schedule="0 0 1 1 *")
+    spec = spec.model_copy(update={"timezone": "Asia/Tokyo"})
+    period = ["--from", "2023-01-01T00:00:00+09:00", "--to", "2026-01-01T00:00:00+09:00"]
+    async with make_daemon([spec]) as daemon:
+        dry = await ecron(daemon, "backfill", "new-year", *period, "--dry-run")
+        created_by_dry = (await daemon.store.list_executions(task="new-year")).items
+        real = await ecron(daemon, "backfill", "new-year", *period)
+        eids = [line.split()[1] for line in real.output.splitlines() if line.startswith("started")]
+        runs = [await ended(daemon, eid) for eid in eids]
+        again = await ecron(daemon, "backfill", "new-year", *period, "--json")
+        future = await ecron(
+            daemon,
+            "backfill",
+            "new-year",
+            "--from",
+            "2026-01-01T00:00:00Z",
+            "--to",
+            "2999-01-01T00:00:00Z",
+        )
+    assert dry.exit_code == 0 and created_by_dry == []
+    assert dry.output.splitlines() == [
+        "new-year: 2022-12-31T15:00:00.000Z to 2025-12-31T15:00:00.000Z",
+        "2022-12-31T15:00:00.000Z",
+        "2023-12-31T15:00:00.000Z",
+        "2024-12-31T15:00:00.000Z",
+        "3 fire times, 0 already run: 3 would run (dry run: nothing was created)",
+    ]
+    assert all(len(line) <= 80 for line in [*dry.output.splitlines(), *real.output.splitlines()])
+    assert real.exit_code == 0 and len(eids) == 3
+    assert real.output.splitlines()[-1] == "3 fire times, 0 already run: 3 started"
+    assert [(r.trigger_kind, r.status) for r in runs] == [
+        (TriggerKind.BACKFILL, Status.SUCCESS)
+    ] * 3
+    for before, following in pairwise(runs):
+        assert before.finished_at is not None and following.triggered_at is not None
+        assert following.triggered_at >= before.finished_at  # one after another
+    answer = json.loads(again.output)
+    assert (answer["count"], answer["already_run"], answer["executions"]) == (3, 3, [])
+    assert future.exit_code == 1 and future.stdout == ""
+    assert future.stderr.startswith("Error: POST /api/v1/tasks/new-year/backfill: 400 task ")
+    assert "field 'to': 2999-01-01T00:00:00.000Z is in the future" in future.stderr
 
 
 @pytest.mark.parametrize("command", ["trigger", "watch"])

@@ -26,6 +26,7 @@ from tests.support.service import UserService, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent / "ecron"
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+HOUR = timedelta(hours=1)
 
 
 def callers_of(name: str) -> set[str]:
@@ -58,6 +59,34 @@ def test_in_the_code_every_start_goes_through_one_decision_and_one_transaction()
     assert starters == {"engine"}
 
 
+def calls_in(module: str, function: str) -> set[str]:
+    """The names ``function`` of ``ecron/<module>.py`` calls (functions, or any object's
+    methods)."""
+    tree = ast.parse((ROOT / f"{module}.py").read_text())
+    [found] = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == function
+    ]
+    return {
+        node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+        for node in ast.walk(found)
+        if isinstance(node, ast.Call)
+    }
+
+
+def test_in_the_code_backfilled_runs_are_handed_to_the_engine_like_retries() -> None:
+    """A backfill inserts its runs (``create_executions``, called by the commands alone) and
+    hands them to ``Engine.hold``, as the end of a run hands over its retry and chained
+    runs: it starts, triggers or decides nothing itself, so the starter decides each one
+    (``decide_start``) when it falls due."""
+    assert callers_of("create_executions") == {"commands"}
+    calls = calls_in("commands", "backfill")
+    assert {"create_executions", "hold"} <= calls
+    assert not calls & {"start", "start_new", "trigger", "decide_start", "start_executions"}
+    assert callers_of("backfill_runs") == {"commands"}
+
+
 @pytest.fixture
 def decided(monkeypatch: pytest.MonkeyPatch) -> list[Execution]:
     """Every run the one start decision is asked about (the real ``decide_start`` still
@@ -77,9 +106,10 @@ async def test_a_fire_time_its_retry_its_chained_run_a_manual_run_and_a_resume_s
     database_url: str, user_service: UserService, decided: list[Execution]
 ) -> None:
     """An hourly task fails at T0 (its first trigger answered FAILED) and is retried 30 s
-    later; the retry succeeds and sets off a chained task; then a manual run and a resume of
-    the failed attempt are asked for. All five runs, one of each kind, were decided by the
-    one start decision, and each of them started."""
+    later; the retry succeeds and sets off a chained task; then a manual run, a resume of
+    the failed attempt and a backfill of another task's past hour are asked for. All six
+    runs, one of each kind, were decided by the one start decision, and each of them
+    started."""
     user_service.duration = 0
     user_service.script["POST"] = [reply(200, {"status": "FAILED", "message": "no"})]
     url = f"{user_service.url}/jobs/x"
@@ -93,6 +123,7 @@ async def test_a_fire_time_its_retry_its_chained_run_a_manual_run_and_a_resume_s
         ),
         task("down", url, schedule={"after_task": "up"}),
         task("hand", url),
+        task("past", url, schedule={"every": "1h"}, enabled=False),
     ]
     async with rig(database_url, specs, T0) as r:
         await r.tick(T0)
@@ -102,6 +133,8 @@ async def test_a_fire_time_its_retry_its_chained_run_a_manual_run_and_a_resume_s
         manual, _ = await r.commands.run_now("hand")
         first = (await r.executions("up"))[0]
         resumed = await r.commands.resume(first.eid, why="test")
+        now = r.clock.now()
+        backfill = await r.commands.backfill("past", now - HOUR, now, dry_run=False)
         await wait_for(lambda: r.engine.settled(r.clock.now()))
     kinds = {e.trigger_kind for e in decided}
     assert kinds == {
@@ -110,9 +143,11 @@ async def test_a_fire_time_its_retry_its_chained_run_a_manual_run_and_a_resume_s
         TriggerKind.CHAIN,
         TriggerKind.MANUAL,
         TriggerKind.RESUME,
+        TriggerKind.BACKFILL,
     }
     assert first.status is Status.FAILED
     assert manual.trigger_kind is TriggerKind.MANUAL and manual.status is Status.PENDING
     assert resumed.trigger_kind is TriggerKind.RESUME and resumed.resume_of == first.eid
+    assert backfill.fire_times == (T0,) and len(backfill.executions) == 1
     posts = {c.eid for c in user_service.calls if c.method == "POST"}
     assert {e.eid for e in decided} <= posts  # every run decided here was started

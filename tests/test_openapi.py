@@ -73,7 +73,7 @@ async def test_a_route_added_without_documentation_is_reported(
         partial.add_routes(part.routes)
     undocumented, unserved = openapi.mismatches(partial)
     assert undocumented == set()
-    assert ("POST", "/api/v1/tasks/{name}/run") in unserved and len(unserved) == 6
+    assert ("POST", "/api/v1/tasks/{name}/run") in unserved and len(unserved) == 7
 
 
 def test_the_snapshot_schemas_name_every_field_the_design_names() -> None:
@@ -108,6 +108,7 @@ async def test_answers_of_a_live_daemon_match_their_documented_schemas(
                                  {"name": "two", "url": f"{user_service.url}/jobs/quick"}]),
         task("push", f"{user_service.url}/jobs/push", mode="callback",
              pool=PoolSpec(name="p", max_running=2, max_per_second=3)),
+        task("yearly", f"{user_service.url}/jobs/quick", schedule="0 0 1 1 *"),
     ]  # fmt: skip
     async with make_daemon(specs, api_token=TOKEN) as daemon:
         api = Recorder(daemon, await served_document(daemon))
@@ -125,6 +126,14 @@ async def test_answers_of_a_live_daemon_match_their_documented_schemas(
         upcoming = "/api/v1/tasks/{name}/upcoming"
         await api.send("GET", upcoming, "/api/v1/tasks/quick/upcoming", params={"count": "3"})
         await api.send("GET", upcoming, "/api/v1/tasks/quick/upcoming", params={"count": "0"})
+        backfill, yearly = "/api/v1/tasks/{name}/backfill", "/api/v1/tasks/yearly/backfill"
+        period = {"from": "2024-01-01T00:00:00Z", "to": "2026-01-01T00:00:00Z"}
+        await api.send("POST", backfill, yearly, json={**period, "dry_run": True})
+        _, backfilled = await api.send("POST", backfill, yearly, json=period)
+        await api.send("POST", backfill, yearly, json={**period, "to": "2999-01-01T00:00:00Z"})
+        await api.send("POST", backfill, "/api/v1/tasks/quick/backfill", json=period)  # manual
+        for eid in backfilled["executions"]:
+            await ended(daemon, eid)
         pause = "/api/v1/tasks/{name}/pause"
         await api.send("POST", pause, "/api/v1/tasks/quick/pause", json={"reason": "why"})
         await api.send("POST", pause, "/api/v1/tasks/quick/pause", json=["not", "an object"])
@@ -166,6 +175,7 @@ async def test_answers_of_a_live_daemon_match_their_documented_schemas(
     assert statuses["POST", cancel] == {200, 409} and statuses["POST", resume] == {202, 409}
     assert statuses["GET", "/api/v1/tasks"] == {200, 401}
     assert statuses["POST", pause] == {200, 400}
+    assert statuses["POST", backfill] == {200, 202, 400}
     assert statuses["GET", upcoming] == {200, 400}
     assert statuses["GET", "/static/{name}"] == {200, 404}
     assert len(statuses) == len(openapi.OPERATIONS) - 1  # all but the document itself

@@ -8,16 +8,24 @@ handlers. It holds no data of the daemon and is served without the API token.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
 from aiohttp import web
-from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 import ecron
 from ecron.api import schemas
+from ecron.api.operation import (
+    API_TOKEN,
+    CALLBACK_TOKEN,
+    JSON,
+    NO_TOKEN,
+    Answer,
+    Operation,
+)
+from ecron.api.operation import path_parameter as _path_parameter
+from ecron.api.operation import query as _query
 from ecron.config.model import TASK_NAME
 from ecron.core import Status
 
@@ -26,52 +34,6 @@ routes = web.RouteTableDef()
 #: The path it is served at.
 PATH = "/api/v1/openapi.json"
 _REF = "#/components/schemas/{model}"
-
-JSON = "application/json"
-#: Security requirements: the API token, nothing, or a callback token.
-API_TOKEN: list[dict[str, list[str]]] = [{"apiToken": []}]
-NO_TOKEN: list[dict[str, list[str]]] = []
-CALLBACK_TOKEN: list[dict[str, list[str]]] = [{"callbackToken": []}]
-
-#: An answer: a model (JSON) or a media type with a plain schema, and when it is given.
-Answer = tuple[type[BaseModel] | tuple[str, dict[str, Any]], str]
-
-
-@dataclass(frozen=True, slots=True)
-class Operation:
-    """One method on one path, as the document describes it."""
-
-    method: str
-    path: str
-    tag: str
-    summary: str
-    description: str
-    answers: dict[int, Answer]
-    parameters: tuple[dict[str, Any], ...] = ()
-    #: The request body's model, and whether a body is required.
-    body: tuple[type[BaseModel], bool] | None = None
-    security: list[dict[str, list[str]]] = field(default_factory=lambda: API_TOKEN)
-
-
-def _path_parameter(name: str, description: str, **schema: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "in": "path",
-        "required": True,
-        "description": description,
-        "schema": {"type": "string", **schema},
-    }
-
-
-def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "name": name,
-        "in": "query",
-        "required": False,
-        "description": description,
-        "schema": schema,
-    }
-
 
 NAME = _path_parameter(
     "name", "the task's name", pattern=f"^{TASK_NAME.pattern}$", minLength=1, maxLength=200
@@ -173,6 +135,35 @@ OPERATIONS: tuple[Operation, ...] = (
             413: TOO_LARGE,
         },
         parameters=(NAME,),
+    ),
+    Operation(
+        "POST",
+        "/api/v1/tasks/{name}/backfill",
+        "tasks",
+        "Run the past fire times of a period",
+        "The task's fire times in `[from, to)` that its schedule (cron in its time zone, "
+        "`every`, `at`), calendar and blackouts give, oldest first. Each one without an "
+        "execution becomes one (`trigger_kind: backfill`, `scheduled_at` that fire time), "
+        "started under the task's `concurrency` (under `forbid` one after another, none "
+        "SKIPPED), its pool and its retries; one that has an execution already (run, skipped "
+        "or backfilled before) counts in `already_run` and never runs again. With "
+        '`"dry_run": true` nothing is created. At most 10,000 fire times per request.',
+        {
+            202: (schemas.BackfillAnswer, "the executions were created; they start in order"),
+            200: (schemas.BackfillAnswer, "a dry run: the fire times; nothing was created"),
+            400: (
+                ERROR,
+                "the body is not a JSON object with `from` and `to` (RFC 3339 with an offset) "
+                "and an optional boolean `dry_run`; the task is manual, `after` or chained; "
+                "`from` is not before `to`; `to` is in the future; or the period holds more "
+                "than 10,000 fire times. `detail` is `{field, value}`",
+            ),
+            404: TASK_GONE,
+            409: (ERROR, "the task is paused (unpause it first; a dry run still answers)"),
+            413: TOO_LARGE,
+        },
+        parameters=(NAME,),
+        body=(schemas.BackfillRequest, True),
     ),
     Operation(
         "POST",

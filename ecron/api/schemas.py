@@ -160,6 +160,27 @@ class Upcoming(Answer):
     )
 
 
+class BackfillAnswer(Answer):
+    """What a backfill found in its period, and what it created (docs/api.md, backfill)."""
+
+    task: str
+    from_: Time = Field(alias="from", description="the start of the period (included)")
+    to: Time = Field(description="the end of the period (left out)")
+    fire_times: list[Time] = Field(
+        description="every fire time of the period that its schedule, time zone, calendar "
+        "and blackouts give, oldest first, those that already have an execution included"
+    )
+    count: int = Field(ge=0, le=10_000, description="how many fire times: the length of fire_times")
+    already_run: int = Field(
+        ge=0,
+        description="how many of them already had an execution (run, skipped or backfilled "
+        "before): none of those runs again",
+    )
+    executions: list[str] = Field(
+        description="the ids of the executions created, oldest fire time first; [] on a dry run"
+    )
+
+
 class ExecutionPage(Answer):
     """One page of the history, newest first."""
 
@@ -256,6 +277,29 @@ class PauseRequest(BaseModel):
     )
 
 
+#: A time a request gives: RFC 3339 with its offset (``Z``, or ``+02:00``).
+RequestTime = Annotated[
+    str,
+    WithJsonSchema({"type": "string", "format": "date-time", "examples": ["2026-11-01T00:00:00Z"]}),
+]
+
+
+class BackfillRequest(BaseModel):
+    """The body of backfill: the period ``[from, to)``, and whether only to list it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    from_: RequestTime = Field(
+        alias="from", description="the start of the period, included; with its UTC offset"
+    )
+    to: RequestTime = Field(
+        description="the end of the period, left out; with its UTC offset; not in the future"
+    )
+    dry_run: bool = Field(
+        default=False, description="true: only list the fire times (200); nothing is created"
+    )
+
+
 class ReportRequest(BaseModel):
     """A report (PROTOCOL.md, "Reports"): what the user service says about the execution."""
 
@@ -288,11 +332,13 @@ MODELS: tuple[type[BaseModel], ...] = (
     Pool,
     PoolList,
     Upcoming,
+    BackfillAnswer,
     ExecutionPage,
     StepList,
     Alive,
     Ready,
     Unready,
     PauseRequest,
+    BackfillRequest,
     ReportRequest,
 )

@@ -1,4 +1,5 @@
-"""``/api/v1/tasks``: definitions, where they stand, and running them now."""
+"""``/api/v1/tasks``: definitions, where they stand, running them now, and backfilling
+past periods."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from aiohttp import web
 
 from ecron.api.context import NUL, context, error, ignore_body
 from ecron.api.executions import snapshot, snapshots
+from ecron.backfill import BadBackfill, read_request
 from ecron.clock import iso
 from ecron.errors import NotFound
 from ecron.planning import upcoming_fire_times
@@ -97,6 +99,29 @@ async def run_task(request: web.Request) -> web.Response:
     if created:
         return web.json_response(execution_snapshot(execution), status=202)
     return web.json_response(await snapshot(request, execution), status=200)
+
+
+@routes.post("/api/v1/tasks/{name}/backfill")
+async def backfill_task(request: web.Request) -> web.Response:
+    """Run the task's past fire times in ``[from, to)`` (``ecron.backfill``): 202 and what
+    was created; with ``"dry_run": true``, 200 and the same answer with nothing created.
+    404 for a task not in this node's config, 400 naming the field for a request that
+    cannot be carried out, 409 for a paused task (not on a dry run)."""
+    commands = context(request).commands
+    name = request.match_info["name"]
+    if not commands.knows(name):
+        task = await _task(request)  # a retired or unknown task: 404, said precisely
+        raise NotFound(f"task {task.name!r} is not in this node's config")
+    try:
+        body = await request.json() if request.can_read_body else None
+    except (ValueError, RecursionError):  # deep nesting is not a usable body either
+        body = None
+    try:
+        start, end, dry_run = read_request(name, body)
+        done = await commands.backfill(name, start, end, dry_run=dry_run)
+    except BadBackfill as exc:
+        return error(400, str(exc), exc.detail)
+    return web.json_response(done.answer(), status=200 if dry_run else 202)
 
 
 @routes.post("/api/v1/tasks/{name}/pause")

@@ -1,6 +1,7 @@
-"""Commands that act: ``trigger``, ``cancel``, ``resume``, ``pause``, ``unpause``; they
-talk to the REST API. Each prints one line (full ids: they are for copying and scripts);
-``--wait`` follows the new execution like ``ecron watch``."""
+"""Commands that act: ``trigger``, ``cancel``, ``resume``, ``pause``, ``unpause``,
+``backfill``; they talk to the REST API. Each prints one line (full ids: they are for
+copying and scripts; a backfill one per run); ``--wait`` follows the new execution like
+``ecron watch``."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from ecron.cli.client import ApiError, segment
+from ecron.cli.client_cmds import print_json
 from ecron.cli.display import status_text
 from ecron.cli.group import cli
-from ecron.cli.options import api_options, client, fail
+from ecron.cli.options import api_options, client, fail, json_option
 from ecron.cli.watch import exit_code, follow
 
 
@@ -105,6 +107,48 @@ def resume(eid: str, wait: bool, api: str, token: str | None) -> None:
     except ApiError as exc:
         fail(exc)
     raise SystemExit(exit_code(final))
+
+
+@cli.command()
+@click.argument("name")
+@click.option(
+    "--from",
+    "start",
+    required=True,
+    metavar="TIME",
+    help="Start of the period, included: RFC 3339 with its offset, like 2026-11-01T00:00:00Z.",
+)
+@click.option(
+    "--to",
+    "end",
+    required=True,
+    metavar="TIME",
+    help="End of the period, left out; not later than now.",
+)
+@click.option("--dry-run", is_flag=True, help="Only list the fire times; nothing runs.")
+@json_option
+@api_options
+def backfill(
+    name: str, start: str, end: str, dry_run: bool, as_json: bool, api: str, token: str | None
+) -> None:
+    """Run the past fire times of task NAME in [--from, --to), oldest first: those its
+    schedule, time zone, calendar and blackouts give. A fire time that has an execution
+    already (run, skipped or backfilled before) does not run again."""
+    body = {"from": start, "to": end, "dry_run": dry_run}
+    answer = _post(api, token, f"/api/v1/tasks/{segment(name)}/backfill", body)
+    if as_json:
+        print_json(answer)
+        return
+    console = Console()
+    console.print(f"{escape(name)}: {answer['from']} to {answer['to']}", soft_wrap=True)
+    for when in answer["fire_times"] if dry_run else answer["executions"]:
+        console.print(when if dry_run else f"started {when}", soft_wrap=True)
+    new = answer["count"] - answer["already_run"]
+    console.print(
+        f"{answer['count']} fire times, {answer['already_run']} already run: "
+        + (f"{new} would run (dry run: nothing was created)" if dry_run else f"{new} started"),
+        soft_wrap=True,
+    )
 
 
 def _post(api: str, token: str | None, path: str, body: Any = None) -> Any:

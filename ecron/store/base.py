@@ -292,6 +292,13 @@ class Store(abc.ABC):
         """Insert ``execution``; None when its fire-time key is already taken."""
 
     @abc.abstractmethod
+    async def create_executions(self, executions: Sequence[Execution]) -> list[Execution]:
+        """Insert ``executions`` (with their steps) in one transaction, leaving out each one
+        whose fire-time key is taken (by a row already there, or by one before it in
+        ``executions``); the ones inserted, in order. A backfill's runs, all or none written
+        whatever the database does, so that an answer never names runs that are not there."""
+
+    @abc.abstractmethod
     async def get_execution(self, eid: str) -> Execution | None:
         """The execution ``eid`` with its steps, or None."""
 

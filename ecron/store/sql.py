@@ -64,6 +64,7 @@ STATE_COLUMNS = (
     "cancel_sent_at",
     "cancel_acknowledged",
     "lease_until",
+    "waiting_for",
 )
 _SAVE_KINDS: dict[str, Kind] = {
     "eid": "text",
@@ -123,6 +124,11 @@ class SqlStore(
         async with self.engines.write() as conn:
             inserted = await self._insert_executions(conn, [execution])
         return inserted[0] if inserted else None
+
+    @retried("create_executions")
+    async def create_executions(self, executions: Sequence[Execution]) -> list[Execution]:
+        async with self.engines.write() as conn:
+            return await self._insert_executions(conn, executions)
 
     async def _insert_executions(
         self, conn: AsyncConnection, executions: Sequence[Execution]
