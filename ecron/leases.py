@@ -161,9 +161,10 @@ class Leases:
     # -- keeping and letting go -----------------------------------------------------------
 
     async def renew(self) -> list[str]:
-        """Extend the leases of this node's active executions, by ``lease_ttl`` from now (the
-        clock read as the renewal leaves, not at the round's start); the eids it lost."""
-        held = self.held.active_eids()
+        """Extend the leases of this node's active executions and of the runs it holds that
+        wait to start, by ``lease_ttl`` from now (the clock read as the renewal leaves, not
+        at the round's start); the eids it lost."""
+        held = self.held.renewed_eids()
         renewed = await self.store.renew_leases(
             self.node_id, held, self.full_until(self.clock.now())
         )

@@ -5,6 +5,7 @@ once, in which order they started, what each trigger was answered."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from ecron.core import Status
 from ecron.errors import ConfigError
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, reply
+from tests.support.rig import rig
 from tests.support.service import UserService, wait_for
 
 RUNS = 20
@@ -197,3 +199,25 @@ def test_a_task_naming_an_unknown_pool_is_an_error_naming_the_file_task_and_fiel
     config = load_config(tmp_path)
     assert config.tasks["b"].pool == PoolSpec(name="partner", max_per_second=2)
     assert sorted(config.pools) == ["partner", "reports"]
+
+
+async def test_a_run_waiting_for_its_pool_keeps_its_lease_while_it_waits(
+    database_url: str, user_service: UserService
+) -> None:
+    """A run that waits for its pool longer than a lease is renewed with the active ones:
+    no other node takes it over only to find it waiting too."""
+    user_service.duration = 3600
+    t0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+    pool = PoolSpec(name="one", max_running=1)
+    spec = pooled(user_service, "job", pool, task_timeout="1h")
+    async with rig(database_url, [spec], t0) as r:
+        await r.commands.run_now("job")
+        waiting, _ = await r.commands.run_now("job")
+        stored = await r.store.get_execution(waiting.eid)
+        later = r.clock.set(t0 + timedelta(minutes=5))
+        lost = await r.parts.leases.renew()
+        renewed = await r.store.get_execution(waiting.eid)
+    assert stored is not None and stored.status is Status.SCHEDULED
+    assert stored.waiting_for == "pool"
+    assert lost == []
+    assert renewed is not None and renewed.lease_until == later + r.parts.leases.settings.lease_ttl

@@ -1,12 +1,13 @@
 """What this node holds: the newest state of every execution it has a lease on (claimed
-ahead, or active), with an index of the active ones per task. Memory only, no I/O."""
+ahead, waiting to start, or active), with an index of the active ones per task and of
+those that wait. Memory only, no I/O."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ecron.core import ACTIVE, Execution
+from ecron.core import ACTIVE, Execution, Status
 
 
 class Held(Mapping[str, Execution]):
@@ -15,6 +16,8 @@ class Held(Mapping[str, Execution]):
     def __init__(self) -> None:
         self._by_eid: dict[str, Execution] = {}
         self._active: dict[str, set[str]] = {}
+        #: Claimed runs that wait to start (their pool, an older run, ``Retry-After``).
+        self._waiting: set[str] = set()
 
     def __getitem__(self, eid: str) -> Execution:
         return self._by_eid[eid]
@@ -64,11 +67,17 @@ class Held(Mapping[str, Execution]):
         """The eids of ``task``'s active executions held here."""
         return self._active.get(task, set())
 
-    def active_eids(self) -> list[str]:
-        """Every active execution held here (their leases are renewed)."""
-        return [eid for eids in self._active.values() for eid in eids]
+    def renewed_eids(self) -> list[str]:
+        """The executions whose leases are renewed: every active one held here, and every
+        claimed one that waits to start (it may wait longer than a lease: another node would
+        take it over, only to find it waiting too)."""
+        return [*(eid for eids in self._active.values() for eid in eids), *self._waiting]
 
     def _index(self, old: Execution | None, new: Execution | None) -> None:
+        if new is not None and new.waiting_for is not None and new.status is Status.SCHEDULED:
+            self._waiting.add(new.eid)
+        elif old is not None:
+            self._waiting.discard(old.eid)
         was = old is not None and old.status in ACTIVE
         now = new is not None and new.status in ACTIVE
         if was == now:

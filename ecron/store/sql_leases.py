@@ -322,7 +322,7 @@ class LeaseOperations:
                     .where(
                         execution_table.c.eid.in_(eids[start : start + _CHUNK]),
                         execution_table.c.owner == node,
-                        execution_table.c.status.in_(_ACTIVE),
+                        execution_table.c.status.in_(_HELD),  # active, or waiting to start
                     )
                     .values(lease_until=lease_until)
                     .returning(execution_table.c.eid)
