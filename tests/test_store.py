@@ -419,14 +419,19 @@ async def test_a_node_skips_its_own_executions_when_taking_over(store: SqlStore)
 async def test_leases_are_renewed_only_for_their_holder_and_released_for_adoption(
     store: SqlStore,
 ) -> None:
-    """renew_leases returns what the node still holds (active ones only: a claim keeps its
-    short lease); release_leases frees them at once."""
+    """renew_leases returns what the node still holds (active ones, and claimed ones that
+    wait to start: a claim that does not wait keeps its short lease); release_leases frees
+    them at once."""
     mine = await store.create_execution(execution("a", T0, owner="n1"))
     theirs = await store.create_execution(execution("b", T0, owner="n2"))
     ahead = await store.create_execution(execution("c", T0, owner="n1", status=Status.SCHEDULED))
-    assert mine and theirs and ahead
+    waits = await store.create_execution(
+        execution("d", T0, owner="n1", status=Status.SCHEDULED).evolve(waiting_for="pool")
+    )
+    assert mine and theirs and ahead and waits
     soon = T0 + timedelta(minutes=1)
-    assert await store.renew_leases("n1", [mine.eid, theirs.eid, ahead.eid], soon) == {mine.eid}
+    asked = [mine.eid, theirs.eid, ahead.eid, waits.eid]
+    assert await store.renew_leases("n1", asked, soon) == {mine.eid, waits.eid}
     await store.release_leases("n1", [mine.eid])
     taken = await store.claim_runnable("n3", T0, lambda _e: soon, 10)
     assert [e.eid for e in taken] == [mine.eid]

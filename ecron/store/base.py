@@ -378,8 +378,8 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def renew_leases(self, node: str, eids: Sequence[str], lease_until: datetime) -> set[str]:
-        """Extend ``node``'s leases of the active ones of ``eids``; returns the eids it still
-        holds."""
+        """Extend ``node``'s leases of the ones of ``eids`` that are active or wait to start
+        (``waiting_for``); returns the eids it still holds."""
 
     @abc.abstractmethod
     async def release_leases(self, node: str, eids: Sequence[str]) -> None:

@@ -322,7 +322,7 @@ class LeaseOperations:
                     .where(
                         execution_table.c.eid.in_(eids[start : start + _CHUNK]),
                         execution_table.c.owner == node,
-                        execution_table.c.status.in_(_HELD),  # active, or waiting to start
+                        _ACTIVE_OR_WAITING,  # a claim not waiting keeps its short lease
                     )
                     .values(lease_until=lease_until)
                     .returning(execution_table.c.eid)
