@@ -27,4 +27,5 @@ for n in $runs; do run runs --runs "$n"; done
 for n in $lives; do run lifecycle --executions "$n"; done
 run startup --tasks "$starts" --runs 3
 for n in $overloads; do run overload --workers "$n" --levels 1,2,5,10; done
+run pools --tasks 2000 --pools 20 --max-running 50
 grep -h '^{"bench": ' "$out.log" >> "$out.jsonl"
