@@ -179,6 +179,7 @@ async def rig(
         yield Rig(store, clock, parts, by_name)
     finally:
         await parts.engine.drain(5)
+        await parts.bookkeeping.close()  # its pending successes, before the store closes
         await parts.recorder.close()
         workers.cancel()
         with suppress(asyncio.CancelledError):
