@@ -253,78 +253,61 @@ def _load_calendars(
     raw: Any, rel: str, env: Mapping[str, str], problems: list[str], calendars: Calendars
 ) -> None:
     """Validate the named calendars of one file into ``calendars``."""
-    if not isinstance(raw, dict):
-        problems.append(f"{rel}: field 'calendars': must be a mapping of names to calendars.")
-        return
-    for name, body in raw.items():
-        where = f"{rel}: calendar {name!r}"
-        if not isinstance(name, str) or not CALENDAR_NAME.fullmatch(name):
-            problems.append(
-                f"{where}: is not a calendar name: use lower-case letters, digits, '_', '.', "
-                "'-', starting with a letter or digit."
-            )
-            continue
-        if name in calendars:
-            problems.append(
-                f"{where}: the name {name!r} is already used by a calendar in "
-                f"{calendars[name][1]}; calendar names must be unique across all files."
-            )
-            continue
-        calendars[name] = (None, rel)
-        if not isinstance(body, dict) or "name" in body:
-            what = "a 'name' key (its name is its key)" if isinstance(body, dict) else kind(body)
-            problems.append(f"{where}: must be a mapping of weekdays and exclude, not {what}.")
-            continue
-        bad: Problems = []
-        data = _interpolate(body, env, "", bad)
-        problems.extend(f"{where}: field '{path}': {text}" for path, text in bad)
-        try:
-            spec = CalendarSpec.model_validate({**data, "name": name})
-        except ValidationError as exc:
-            for path, text in explain(exc, CalendarSpec, skip=[path for path, _ in bad]):
-                problems.append(f"{where}: field '{path}': {text}")
-            continue
-        calendars[name] = (None if bad else spec, rel)
+    _load_named(raw, rel, env, problems, calendars, CalendarSpec, "weekdays and exclude")
 
 
 def _load_pools(
     raw: Any, rel: str, env: Mapping[str, str], problems: list[str], pools: Pools
 ) -> None:
     """Validate the named pools of one file into ``pools``."""
+    _load_named(raw, rel, env, problems, pools, PoolSpec, "max_running and max_per_second")
+
+
+def _load_named(
+    raw: Any,
+    rel: str,
+    env: Mapping[str, str],
+    problems: list[str],
+    found: dict[str, Any],
+    model: type[CalendarSpec] | type[PoolSpec],
+    keys: str,
+) -> None:
+    """Validate the definitions of one file under ``calendars`` or ``pools`` (``model``;
+    ``keys``: what a definition holds, for the message) into ``found``: name to (the
+    definition, or None where it is wrong; its file). Names are unique across files."""
+    noun = "calendar" if model is CalendarSpec else "pool"
     if not isinstance(raw, dict):
-        problems.append(f"{rel}: field 'pools': must be a mapping of names to pools.")
+        problems.append(f"{rel}: field '{noun}s': must be a mapping of names to {noun}s.")
         return
     for name, body in raw.items():
-        where = f"{rel}: pool {name!r}"
+        where = f"{rel}: {noun} {name!r}"
         if not isinstance(name, str) or not CALENDAR_NAME.fullmatch(name):
             problems.append(
-                f"{where}: is not a pool name: use lower-case letters, digits, '_', '.', "
+                f"{where}: is not a {noun} name: use lower-case letters, digits, '_', '.', "
                 "'-', starting with a letter or digit."
             )
             continue
-        if name in pools:
+        if name in found:
             problems.append(
-                f"{where}: the name {name!r} is already used by a pool in "
-                f"{pools[name][1]}; pool names must be unique across all files."
+                f"{where}: the name {name!r} is already used by a {noun} in "
+                f"{found[name][1]}; {noun} names must be unique across all files."
             )
             continue
-        pools[name] = (None, rel)
+        found[name] = (None, rel)
         if not isinstance(body, dict) or "name" in body:
             what = "a 'name' key (its name is its key)" if isinstance(body, dict) else kind(body)
-            problems.append(
-                f"{where}: must be a mapping of max_running and max_per_second, not {what}."
-            )
+            problems.append(f"{where}: must be a mapping of {keys}, not {what}.")
             continue
         bad: Problems = []
         data = _interpolate(body, env, "", bad)
         problems.extend(f"{where}: field '{path}': {text}" for path, text in bad)
         try:
-            spec = PoolSpec.model_validate({**data, "name": name})
+            spec = model.model_validate({**data, "name": name})
         except ValidationError as exc:
-            for path, text in explain(exc, PoolSpec, skip=[path for path, _ in bad]):
+            for path, text in explain(exc, model, skip=[path for path, _ in bad]):
                 problems.append(f"{where}: field '{path}': {text}")
             continue
-        pools[name] = (None if bad else spec, rel)
+        found[name] = (None if bad else spec, rel)
 
 
 def _load_task(

@@ -24,24 +24,10 @@ class Named:
 
 
 def resolve_calendar(data: dict[str, Any], calendars: Calendars, bad: Problems) -> None:
-    """A task's ``calendar`` naming a calendar becomes that calendar (with its name)."""
-    name = data.get("calendar")
-    if not isinstance(name, str):
-        return
-    if name not in calendars:
-        defined = ", ".join(sorted(calendars)) or "none"
-        bad.append(
-            (
-                "calendar",
-                f"no calendar named {name!r} is defined (defined: {defined}); define it under "
-                "'calendars' in ecron.yaml or a tasks file, or write the calendar here.",
-            )
-        )
-        del data["calendar"]
-    elif (spec := calendars[name][0]) is None:
-        del data["calendar"]  # its definition is wrong: said where it is defined
-    else:
-        data["calendar"] = spec.model_dump(mode="json")
+    """A task's ``calendar`` naming a calendar becomes that calendar (with its name); one
+    written in place stays as it is."""
+    if isinstance(data.get("calendar"), str):
+        _resolve(data, "calendar", calendars, bad, ", or write the calendar here")
 
 
 def resolve_pool(data: dict[str, Any], pools: Pools, bad: Problems) -> None:
@@ -53,17 +39,24 @@ def resolve_pool(data: dict[str, Any], pools: Pools, bad: Problems) -> None:
         bad.append(("pool", f"must be the name of a pool defined under 'pools', not {kind(name)}."))
         del data["pool"]
         return
-    if name not in pools:
-        defined = ", ".join(sorted(pools)) or "none"
+    _resolve(data, "pool", pools, bad, "")
+
+
+def _resolve(
+    data: dict[str, Any], key: str, found: dict[str, Any], bad: Problems, other: str
+) -> None:
+    """``data[key]``, a name, becomes the definition it names in ``found`` (``other``: what
+    else the task may do, for the message); an unknown name, or one whose definition is
+    wrong (said where it is defined), is left out."""
+    name = data.pop(key)
+    if name not in found:
+        defined = ", ".join(sorted(found)) or "none"
         bad.append(
             (
-                "pool",
-                f"no pool named {name!r} is defined (defined: {defined}); define it under "
-                "'pools' in ecron.yaml or a tasks file.",
+                key,
+                f"no {key} named {name!r} is defined (defined: {defined}); define it under "
+                f"'{key}s' in ecron.yaml or a tasks file{other}.",
             )
         )
-        del data["pool"]
-    elif (spec := pools[name][0]) is None:
-        del data["pool"]  # its definition is wrong: said where it is defined
-    else:
-        data["pool"] = spec.model_dump(mode="json")
+    elif (spec := found[name][0]) is not None:
+        data[key] = spec.model_dump(mode="json")
