@@ -23,6 +23,10 @@ class Pauses:
         self.clock = clock
         self._until: dict[str, datetime] = {}
 
+    def __bool__(self) -> bool:
+        """True while some pause was heard (it may have ended since)."""
+        return bool(self._until)
+
     def hold(self, key: str, until: datetime) -> None:
         """No trigger of ``key`` before ``until`` (a later moment already set stays)."""
         if key not in self._until or self._until[key] < until:

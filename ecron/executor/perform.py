@@ -150,6 +150,8 @@ class Performer:
     def paused_until(self, execution: Execution) -> datetime | None:
         """Until when a service asked this node for no trigger of ``execution``'s pool (or
         task); None when it did not, or that moment passed."""
+        if not self.pauses:  # the common case, before every trigger: nothing held back
+            return None
         pool = self.calls.spec_of(execution.task).pool
         return self.pauses.until(pause_key(execution.task, pool))
 
