@@ -462,7 +462,7 @@ async def ask_run(session: aiohttp.ClientSession, task_url: str) -> RunAsked:
     """One run request; its answer, timed."""
     started = time.monotonic()
     try:
-        async with session.post(f"{task_url}/run") as response:
+        async with session.post(f"{task_url}/run", json={}) as response:
             body = await response.read()
             status = response.status
     except (aiohttp.ClientError, TimeoutError):

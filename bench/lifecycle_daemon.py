@@ -101,7 +101,7 @@ async def start_runs(api: str, count: int) -> tuple[int, int]:
     async with aiohttp.ClientSession() as session:
         for _ in range(count):
             for _attempt in range(200):
-                async with session.post(f"{api}/api/v1/tasks/{TASK}/run") as response:
+                async with session.post(f"{api}/api/v1/tasks/{TASK}/run", json={}) as response:
                     if response.status == 202:
                         started += 1
                         break

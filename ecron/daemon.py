@@ -20,8 +20,10 @@ from aiohttp import web
 
 from ecron.api.app import make_app
 from ecron.api.context import ApiContext
+from ecron.audit import AuditLog
 from ecron.clock import Clock
-from ecron.config.model import Config, QueueSettings, TaskSpec, config_secrets
+from ecron.config.hidden import config_secrets
+from ecron.config.model import Config, QueueSettings, TaskSpec
 from ecron.config.rules import PoolSpec
 from ecron.errors import ConfigError
 from ecron.executor.http import HttpCaller
@@ -98,6 +100,8 @@ class Daemon:
             pools=self.pools,
         )
         self.engine, self.scheduler, self.patrol = parts.engine, parts.scheduler, parts.patrol
+        #: Who did what through the API, and what each config load changed.
+        self.audit = AuditLog(self.store, self.clock)
         self.leases = parts.leases
         #: Groups the state writes (the recorder's).
         self.writer = parts.recorder.writer
@@ -198,6 +202,7 @@ class Daemon:
             readiness=self._readiness(),
             load=self.engine.load,
             answered=self.engine.executor.pace.answered,
+            audit=self.audit,
         )
         runner = web.AppRunner(make_app(ctx), access_log=None)
         await runner.setup()
@@ -225,6 +230,9 @@ class Daemon:
         if result.added or result.updated or result.retired:
             log.info(
                 "tasks_synced", added=result.added, updated=result.updated, retired=result.retired
+            )
+            self.audit.config_changed(
+                result.added, {name: [] for name in result.updated}, result.retired
             )
 
     async def reload(self, config: Config) -> None:
@@ -258,6 +266,7 @@ class Daemon:
             await self.engine.drain(SHUTDOWN_GRACE)
             await self.parts.bookkeeping.close()
             await self.parts.recorder.close()
+            await self.audit.close()
             await self.notifier.drain(SHUTDOWN_GRACE)  # alerts of the last ends, too
             self.leases.stop()
             await self._end({"ecron-keep-alive"}, SHUTDOWN_GRACE)

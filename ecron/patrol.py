@@ -194,12 +194,14 @@ class Patrol:
         return restarted
 
     async def retention(self, now: datetime) -> int:
-        """Delete final executions older than ``history_retention``, in bounded batches."""
+        """Delete final executions and audit entries older than ``history_retention``, in
+        bounded batches."""
         before = now - self.settings.history_retention
         deleted = 0
-        for _ in range(PURGE_BATCHES):
-            count = await self.store.purge_history(before, PURGE_BATCH)
-            deleted += count
-            if count < PURGE_BATCH:
-                break
+        for purge in (self.store.purge_history, self.store.purge_audit):
+            for _ in range(PURGE_BATCHES):
+                count = await purge(before, PURGE_BATCH)
+                deleted += count
+                if count < PURGE_BATCH:
+                    break
         return deleted

@@ -3,14 +3,18 @@ redis-server, a real user service on 127.0.0.1, and a daemon factory."""
 
 from __future__ import annotations
 
+import io
+import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from aiohttp import web
 
+from ecron import logs
 from ecron.clock import Clock
 from ecron.config.model import Config, DaemonSettings, TaskSpec
 from ecron.config.rules import PoolSpec
@@ -133,3 +137,17 @@ def make_daemon(database_url: str, tmp_path: Path) -> DaemonFactory:
             yield daemon
 
     return factory
+
+
+@pytest.fixture
+def json_logs() -> Iterator[io.StringIO]:
+    """The real log pipeline (JSON lines, redaction), at debug, writing into a buffer."""
+    buffer = io.StringIO()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    logs.configure("json", "debug", stream=buffer)
+    try:
+        yield buffer
+    finally:
+        structlog.reset_defaults()
+        root.handlers, root.level = handlers, level

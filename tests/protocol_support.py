@@ -79,7 +79,9 @@ async def run_once(daemon: Daemon, task: str) -> str:
     """Start ``task`` through the API; the new execution's id."""
     async with (
         aiohttp.ClientSession() as session,
-        session.post(f"http://127.0.0.1:{daemon.port}/api/v1/tasks/{task}/run") as response,
+        session.post(
+            f"http://127.0.0.1:{daemon.port}/api/v1/tasks/{task}/run", json={}
+        ) as response,
     ):
         assert response.status == 202, await response.text()
         eid: str = (await response.json())["id"]

@@ -13,7 +13,7 @@ from ecron.core import Execution, Reason, Status
 from ecron.daemon import Daemon
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import run_once
-from tests.support.service import UserService
+from tests.support.service import JSON_BODY, UserService
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 IDS = [
@@ -26,7 +26,9 @@ IDS = [
 async def call(daemon: Daemon, method: str, path: str) -> tuple[int, Any]:
     async with (
         aiohttp.ClientSession() as session,
-        session.request(method, f"http://127.0.0.1:{daemon.port}/api/v1{path}") as response,
+        session.request(
+            method, f"http://127.0.0.1:{daemon.port}/api/v1{path}", json=JSON_BODY
+        ) as response,
     ):
         return response.status, await response.json()
 

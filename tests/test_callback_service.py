@@ -18,7 +18,7 @@ from ecron.config.model import TaskSpec
 from ecron.daemon import Daemon
 from tests.conftest import DaemonFactory, task
 from tests.support.examples import load_example
-from tests.support.service import wait_for
+from tests.support.service import JSON_BODY, wait_for
 
 SECRET = "callback-example-secret"
 
@@ -105,7 +105,9 @@ async def api(daemon: Daemon, method: str, path: str) -> tuple[int, Any]:
     """Call the daemon's API; the status and the JSON answer."""
     async with (
         aiohttp.ClientSession() as session,
-        session.request(method, f"http://127.0.0.1:{daemon.port}{path}") as response,
+        session.request(
+            method, f"http://127.0.0.1:{daemon.port}{path}", json=JSON_BODY
+        ) as response,
     ):
         return response.status, await response.json()
 

@@ -89,7 +89,7 @@ async def test_200_run_requests_at_once_on_an_allow_task_give_200_executions(
         url = f"http://127.0.0.1:{daemon.port}/api/v1/tasks/burst/run"
 
         async def run() -> tuple[int, Any]:
-            async with session.post(url) as response:
+            async with session.post(url, json={}) as response:
                 return response.status, await response.json()
 
         answers = await asyncio.gather(*(run() for _ in range(200)))
@@ -114,7 +114,7 @@ async def test_run_requests_at_once_on_a_forbid_task_start_one_and_answer_it_to_
         url = f"http://127.0.0.1:{daemon.port}/api/v1/tasks/single/run"
 
         async def run() -> tuple[int, str]:
-            async with session.post(url) as response:
+            async with session.post(url, json={}) as response:
                 return response.status, (await response.json())["id"]
 
         answers = await asyncio.gather(*(run() for _ in range(50)))

@@ -17,7 +17,7 @@ from ecron.daemon import Daemon
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended
 from tests.support.rig import rig
-from tests.support.service import UserService, wait_for
+from tests.support.service import JSON_BODY, JSON_TYPE, UserService, wait_for
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -31,6 +31,8 @@ PROTOCOL_HEADERS = {
 
 
 async def api(daemon: Daemon, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+    if method == "POST" and "data" not in kwargs:
+        kwargs.setdefault("json", JSON_BODY)
     async with (
         aiohttp.ClientSession() as session,
         session.request(method, f"http://127.0.0.1:{daemon.port}{path}", **kwargs) as response,
@@ -413,7 +415,9 @@ async def test_a_pause_body_that_is_not_a_json_object_is_refused_with_400(
     spec = task("h", f"{user_service.url}/jobs/x", schedule={"every": "1h"})
     async with make_daemon([spec]) as daemon:
         for body in (b'["a reason"]', b'"a reason"', b"null", b"[" * 100_000):
-            status, answer = await api(daemon, "POST", "/api/v1/tasks/h/pause", data=body)
+            status, answer = await api(
+                daemon, "POST", "/api/v1/tasks/h/pause", data=body, headers=JSON_TYPE
+            )
             assert status == 400, (body[:20], answer)
             assert answer["error"].startswith("the body must be")
         _, shown = await api(daemon, "GET", "/api/v1/tasks/h")

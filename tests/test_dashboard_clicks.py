@@ -25,7 +25,7 @@ from ecron.daemon import Daemon
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, reply, run_once
 from tests.support.browser import Page, WebDriver, chromium, require_browser
-from tests.support.service import UserService, wait_for
+from tests.support.service import JSON_BODY, UserService, wait_for
 
 #: Where the screenshot is copied when ECRON_SAVE_SCREENSHOT=1 (README links it).
 DOCS_SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "images" / "dashboard.png"
@@ -52,7 +52,7 @@ def dashboard(driver: WebDriver, daemon: Daemon) -> Page:
     return Page(driver, f"http://127.0.0.1:{daemon.port}")
 
 
-async def post(daemon: Daemon, path: str, body: object = None) -> dict[str, object]:
+async def post(daemon: Daemon, path: str, body: object = JSON_BODY) -> dict[str, object]:
     """POST ``/api/v1{path}`` without a token; the JSON answer (2xx expected)."""
     async with (
         aiohttp.ClientSession() as session,

@@ -25,7 +25,7 @@ import pytest
 import yaml
 from sqlalchemy.engine import make_url
 
-from ecron.api.app import OPEN_PATHS
+from ecron.api.access import OPEN_PATHS
 from ecron.config import load_config
 from ecron.config.summary import validation_report
 from tests.support.deploy import (

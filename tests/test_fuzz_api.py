@@ -66,7 +66,10 @@ class Live:
 async def start(daemon: Any, name: str, headers: dict[str, str]) -> str:
     """Run task ``name`` now through the API; the new execution's id."""
     url = f"http://127.0.0.1:{daemon.port}/api/v1/tasks/{name}/run"
-    async with aiohttp.ClientSession() as session, session.post(url, headers=headers) as answer:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url, headers=headers, json={}) as answer,
+    ):
         assert answer.status == 202, await answer.text()
         eid: str = (await answer.json())["id"]
         return eid

@@ -255,7 +255,7 @@ async def test_past_the_polling_ceiling_the_api_answers_and_every_execution_is_s
 
 async def run(session: aiohttp.ClientSession, api: str, task_name: str) -> str:
     """A run of ``task_name`` through the API (answered 202); its eid."""
-    async with session.post(f"{api}/api/v1/tasks/{task_name}/run") as response:
+    async with session.post(f"{api}/api/v1/tasks/{task_name}/run", json={}) as response:
         assert response.status == 202, await response.text()
         eid: str = (await response.json())["id"]
         return eid

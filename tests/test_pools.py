@@ -29,7 +29,9 @@ RUNS = 20
 
 async def run(session: aiohttp.ClientSession, port: int, name: str) -> dict[str, Any]:
     """Ask for a run of ``name``; the execution the answer carries."""
-    async with session.post(f"http://127.0.0.1:{port}/api/v1/tasks/{name}/run") as response:
+    async with session.post(
+        f"http://127.0.0.1:{port}/api/v1/tasks/{name}/run", json={}
+    ) as response:
         assert response.status == 202, await response.text()
         answer: dict[str, Any] = await response.json()
         return answer

@@ -52,7 +52,9 @@ def after_delete(service: UserService, eid: str) -> list[str]:
 async def api_cancel(daemon: Daemon, eid: str) -> tuple[int, Any]:
     async with (
         aiohttp.ClientSession() as session,
-        session.post(f"http://127.0.0.1:{daemon.port}/api/v1/executions/{eid}/cancel") as response,
+        session.post(
+            f"http://127.0.0.1:{daemon.port}/api/v1/executions/{eid}/cancel", json={}
+        ) as response,
     ):
         return response.status, await response.json()
 

@@ -19,7 +19,7 @@ from ecron.daemon import Daemon
 from tests.conftest import DaemonFactory
 from tests.protocol_support import ended, reply, run_once
 from tests.support.rig import FakeClock
-from tests.support.service import UserService, wait_for
+from tests.support.service import JSON_BODY, UserService, wait_for
 
 T = TypeVar("T")
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -66,7 +66,9 @@ def interrupt_step(service: UserService, number: int, times: int = 1) -> None:
 async def api(daemon: Daemon, method: str, path: str) -> tuple[int, Any]:
     async with (
         aiohttp.ClientSession() as session,
-        session.request(method, f"http://127.0.0.1:{daemon.port}{path}") as response,
+        session.request(
+            method, f"http://127.0.0.1:{daemon.port}{path}", json=JSON_BODY
+        ) as response,
     ):
         return response.status, await response.json()
 

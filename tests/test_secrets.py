@@ -14,17 +14,14 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from textwrap import dedent
 from typing import Any
 
 import aiohttp
-import pytest
 import structlog
 from aiohttp import web
 from click.testing import CliRunner
@@ -33,7 +30,7 @@ import ecron.cli.validate  # noqa: F401  (registers the command)
 from ecron import logs
 from ecron.cli import cli
 from ecron.config import load_config
-from ecron.config.model import config_secrets
+from ecron.config.hidden import config_secrets
 from ecron.daemon import Daemon
 from ecron.signing import callback_token
 from tests.protocol_support import ended
@@ -54,20 +51,6 @@ SECRETS = {
     "db_password": "db-S3CRET-k7l8m9",
 }
 AUTH = {"Authorization": f"Bearer {SECRETS['api_token']}"}
-
-
-@pytest.fixture
-def json_logs() -> Iterator[io.StringIO]:
-    """The real log pipeline (JSON lines, redaction), at debug, writing into a buffer."""
-    buffer = io.StringIO()
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    logs.configure("json", "debug", stream=buffer)
-    try:
-        yield buffer
-    finally:
-        structlog.reset_defaults()
-        root.handlers, root.level = handlers, level
 
 
 def write_config(root: Path, service: str, hook: str) -> Path:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -10,18 +9,14 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from ecron.api import dashboard, executions, health, openapi, pools, tasks
+from ecron.api import audit, dashboard, executions, health, openapi, pools, tasks
+from ecron.api.access import Callers, Origins, access_middleware
 from ecron.api.context import CONTEXT, ApiContext, error
 from ecron.errors import Ambiguous, Conflict, NotFound
 
 log = structlog.get_logger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-#: Paths that never ask for the API token (the OpenAPI document holds no data either), and
-#: the prefix of the dashboard's files (which hold no data either).
-OPEN_PATHS = ("/", "/healthz", "/readyz", "/metrics", openapi.PATH)
-OPEN_PREFIX = dashboard.STATIC
 
 
 @web.middleware
@@ -38,42 +33,15 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     except web.HTTPException as exc:
         if exc.content_type == "application/json":
             raise
-        return error(
+        answer = error(
             exc.status, exc.reason, exc.text if exc.text != f"{exc.status}: {exc.reason}" else None
         )
+        if "Allow" in exc.headers:  # a 405 says which methods the path takes
+            answer.headers["Allow"] = exc.headers["Allow"]
+        return answer
     except Exception:
         log.exception("api_error", method=request.method, path=request.path)
         return error(500, "internal error", "see the daemon's log")
-
-
-def auth_middleware(token: str | None) -> Any:
-    """Ask for ``Authorization: Bearer <api_token>`` when a token is configured."""
-
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if token is None or _is_open(request):
-            return await handler(request)
-        given = request.headers.get("Authorization", "")
-        scheme, _, value = given.partition(" ")
-        given_token = value.strip().encode()  # bytes: any text compares, in constant time
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given_token, token.encode()):
-            return error(
-                401, "missing or wrong API token", "send Authorization: Bearer <api_token>"
-            )
-        return await handler(request)
-
-    return middleware
-
-
-def _is_open(request: web.Request) -> bool:
-    path = request.path
-    if path in OPEN_PATHS or path.startswith(OPEN_PREFIX):
-        return True
-    return (
-        request.method == "POST"
-        and path.startswith("/api/v1/executions/")
-        and path.endswith("/report")
-    )
 
 
 def timing_middleware(answered: Callable[[float], None]) -> Any:
@@ -95,8 +63,12 @@ def make_app(ctx: ApiContext) -> web.Application:
     app = web.Application(
         middlewares=[
             timing_middleware(ctx.answered),
+            access_middleware(
+                Callers(ctx.settings.callers),
+                Origins(ctx.settings.host_port[0], ctx.settings.public_url),
+                ctx.audit,
+            ),
             errors_middleware,
-            auth_middleware(ctx.settings.api_token),
         ],
         client_max_size=1024 * 1024,
     )
@@ -105,6 +77,7 @@ def make_app(ctx: ApiContext) -> web.Application:
     app.add_routes(tasks.routes)
     app.add_routes(executions.routes)
     app.add_routes(pools.routes)
+    app.add_routes(audit.routes)
     app.add_routes(dashboard.routes)
     app.add_routes(openapi.routes)
     return app

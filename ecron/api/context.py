@@ -10,6 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ecron.audit import AuditLog
 from ecron.clock import Clock
 from ecron.commands import Commands
 from ecron.config.model import DaemonSettings
@@ -36,6 +37,8 @@ class ApiContext:
     #: Told how long each request took to answer: the node sends fewer polls at once while
     #: its API answers slowly (``executor.pace``).
     answered: Callable[[float], None]
+    #: Where requests that change something, and refused ones, are recorded.
+    audit: AuditLog
     #: Further readiness checks (the queue's, when required): each says what is wrong, or
     #: None.
     readiness: tuple[Callable[[], str | None], ...] = ()

@@ -15,7 +15,9 @@ from aiohttp import web
 from pydantic.json_schema import models_json_schema
 
 import ecron
-from ecron.api import schemas
+from ecron.api import audit, root, schemas
+from ecron.api.access import DOCUMENT, needed_role
+from ecron.api.context import context
 from ecron.api.operation import (
     API_TOKEN,
     CALLBACK_TOKEN,
@@ -32,7 +34,7 @@ from ecron.core import Status
 routes = web.RouteTableDef()
 
 #: The path it is served at.
-PATH = "/api/v1/openapi.json"
+PATH = DOCUMENT
 _REF = "#/components/schemas/{model}"
 
 NAME = _path_parameter(
@@ -48,7 +50,6 @@ REMOTE_ID = _path_parameter(
 )
 
 ERROR = schemas.ErrorAnswer
-TEXT = ("text/plain", {"type": "string"})
 TOO_LARGE: Answer = (ERROR, "the body is over 1 MiB (1,048,576 bytes)")
 TASK_GONE: Answer = (ERROR, "no task of that name, a retired one, or one not in this node's config")
 NO_EXECUTION: Answer = (ERROR, "no execution with that id, nor one that it is the start of")
@@ -61,7 +62,7 @@ AMBIGUOUS: Answer = (
     "the id given is the start of several execution ids (`detail` lists up to 10); give more of it",
 )
 
-OPERATIONS: tuple[Operation, ...] = (
+_API: tuple[Operation, ...] = (
     Operation(
         "GET",
         "/api/v1/pools",
@@ -312,74 +313,23 @@ OPERATIONS: tuple[Operation, ...] = (
         body=(schemas.ReportRequest, True),
         security=CALLBACK_TOKEN,
     ),
-    Operation(
-        "GET",
-        PATH,
-        "meta",
-        "This document",
-        "The OpenAPI 3.1 document of every endpoint, checked against the handlers.",
-        {200: ((JSON, {"type": "object"}), "the document")},
-        security=NO_TOKEN,
-    ),
-    Operation(
-        "GET",
-        "/healthz",
-        "root",
-        "Liveness",
-        "The process serves HTTP; no database asked.",
-        {200: (schemas.Alive, "alive")},
-        security=NO_TOKEN,
-    ),
-    Operation(
-        "GET",
-        "/readyz",
-        "root",
-        "Readiness",
-        "The database answers a trivial query and the scheduler loop went round within "
-        "max(10 × tick, tick + lease_ttl).",
-        {200: (schemas.Ready, "ready"), 503: (schemas.Unready, "not ready, and why")},
-        security=NO_TOKEN,
-    ),
-    Operation(
-        "GET",
-        "/metrics",
-        "root",
-        "Prometheus metrics",
-        "In the text exposition format (docs/observability.md lists them).",
-        {200: (TEXT, "the metrics")},
-        security=NO_TOKEN,
-    ),
-    Operation(
-        "GET",
-        "/",
-        "root",
-        "The dashboard",
-        "One HTML page that reads and steers ecron through this API; it holds no data.",
-        {200: (("text/html", {"type": "string"}), "the page")},
-        security=NO_TOKEN,
-    ),
-    Operation(
-        "GET",
-        "/static/{name}",
-        "root",
-        "A file of the dashboard",
-        "One of the dashboard's scripts (text/javascript) or its style sheet (text/css).",
-        {
-            200: (("text/javascript", {"type": "string"}), "the file (or text/css)"),
-            404: (ERROR, "no dashboard file of that name"),
-        },
-        parameters=(_path_parameter("name", "the file's name", minLength=1),),
-        security=NO_TOKEN,
-    ),
 )
+
+
+OPERATIONS: tuple[Operation, ...] = (*_API, *root.OPERATIONS, *audit.OPERATIONS)
 
 _INTRO = """\
 ecron's REST API (under /api/v1) and its endpoints at the root. docs/api.md is the guide,
 with a real request and answer for each endpoint.
 
-When the daemon has an `api_token`, every request must carry `Authorization: Bearer
-<api_token>`, except the callback (it takes a callback token instead), this document, the
-dashboard page, /healthz, /readyz and /metrics. Without an `api_token` nothing is checked.
+When the daemon has API tokens (`api_token`, `api_tokens`), every request must carry
+`Authorization: Bearer <token>`, except the callback (it takes a callback token instead),
+this document, the dashboard page, /healthz, /readyz and /metrics; a missing or unknown
+token answers 401, a role that does not allow the call 403 (`viewer`: every GET;
+`operator`: also run, backfill, cancel, resume, pause, unpause; `admin`: also the audit
+log; each operation's `x-required-role`). Without a token, a request that changes
+something must be `application/json` with no other site's `Origin`, and every request's
+`Host` must be this daemon's (else 403).
 
 Every answer under /api/v1 is JSON; an error is `{"error": "...", "detail": ...}` with its
 status code. Any endpoint may also answer 405 (not with this method) and 500 (an unexpected
@@ -396,10 +346,14 @@ def _answer(answer: Answer) -> dict[str, Any]:
     return {"description": why, "content": {media: {"schema": schema}}}
 
 
-def _operation(op: Operation) -> dict[str, Any]:
+def _operation(op: Operation, secured: bool) -> dict[str, Any]:
     answers = dict(op.answers)
-    if op.security == API_TOKEN:
-        answers.setdefault(401, (ERROR, "the API token is missing or wrong"))
+    needed = needed_role(op.method, op.path)
+    if secured and op.security == API_TOKEN:
+        answers.setdefault(401, (ERROR, "the API token is missing or unknown"))
+        answers.setdefault(403, (ERROR, f"the caller's role is not {needed} or above"))
+    elif not secured and op.security != CALLBACK_TOKEN:
+        answers.setdefault(403, (ERROR, _FOREIGN if op.method != "GET" else _FOREIGN_HOST))
     answers.setdefault(500, (ERROR, "an unexpected error; the daemon logs `api_error`"))
     described: dict[str, Any] = {
         "tags": [op.tag],
@@ -408,8 +362,10 @@ def _operation(op: Operation) -> dict[str, Any]:
         "operationId": _operation_id(op),
         "parameters": list(op.parameters),
         "responses": {str(status): _answer(answers[status]) for status in sorted(answers)},
-        "security": op.security,
+        "security": op.security if secured or op.security == CALLBACK_TOKEN else NO_TOKEN,
     }
+    if needed is not None:
+        described["x-required-role"] = str(needed)
     if op.body is not None:
         model, required = op.body
         described["requestBody"] = {
@@ -425,15 +381,23 @@ def _operation_id(op: Operation) -> str:
     return "_".join([op.method.lower(), *named]).replace(".", "_")
 
 
+_FOREIGN_HOST = "the `Host` is not this daemon's (no token is configured)"
+_FOREIGN = (
+    "no token is configured and the request may come from another site: it is not "
+    "`application/json`, its `Origin` is another site's, or its `Host` is not this daemon's"
+)
+
+
 @cache
-def document() -> dict[str, Any]:
-    """The whole OpenAPI document."""
+def document(secured: bool = True) -> dict[str, Any]:
+    """The whole OpenAPI document; ``secured``: the daemon asks for API tokens (the
+    security scheme is declared only then)."""
     _, defs = models_json_schema(
         [(model, "validation") for model in schemas.MODELS], ref_template=_REF
     )
     paths: dict[str, dict[str, Any]] = {}
     for op in OPERATIONS:
-        paths.setdefault(op.path, {})[op.method.lower()] = _operation(op)
+        paths.setdefault(op.path, {})[op.method.lower()] = _operation(op, secured)
     return {
         "openapi": "3.1.0",
         "jsonSchemaDialect": "https://spec.openapis.org/oas/3.1/dialect/base",
@@ -447,11 +411,17 @@ def document() -> dict[str, Any]:
         "components": {
             "schemas": defs["$defs"],
             "securitySchemes": {
-                "apiToken": {
-                    "type": "http",
-                    "scheme": "bearer",
-                    "description": "the daemon's `api_token`, when it has one",
-                },
+                **(
+                    {
+                        "apiToken": {
+                            "type": "http",
+                            "scheme": "bearer",
+                            "description": "a caller's token (`api_token`, `api_tokens`)",
+                        }
+                    }
+                    if secured
+                    else {}
+                ),
                 "callbackToken": {
                     "type": "http",
                     "scheme": "bearer",
@@ -460,7 +430,7 @@ def document() -> dict[str, Any]:
                 },
             },
         },
-        "security": API_TOKEN,
+        "security": API_TOKEN if secured else NO_TOKEN,
         "tags": [{"name": name} for name in dict.fromkeys(op.tag for op in OPERATIONS)],
     }
 
@@ -483,6 +453,7 @@ def mismatches(app: web.Application) -> tuple[set[tuple[str, str]], set[tuple[st
 
 
 @routes.get(PATH)
-async def openapi_json(_request: web.Request) -> web.Response:
-    """The document; the same for every daemon of this version."""
-    return web.json_response(document())
+async def openapi_json(request: web.Request) -> web.Response:
+    """The document: the same for every daemon of this version that asks for tokens, and
+    without the token where none is asked for."""
+    return web.json_response(document(bool(context(request).settings.callers)))

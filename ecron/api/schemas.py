@@ -317,6 +317,44 @@ class ReportRequest(BaseModel):
     )
 
 
+class AuditEntry(Answer):
+    """Who did what: one request that changed something or was refused, or one change of
+    the task set at load or reload (actor `config`)."""
+
+    id: int = Field(description="the entry's number; newer entries have larger ones")
+    at: Time
+    actor: str = Field(
+        description="the caller's name; `anonymous` (no token configured), `unknown` (a "
+        "missing or unknown token) or `config`"
+    )
+    action: str = Field(
+        description="`run`, `backfill`, `cancel`, `resume`, `pause`, `unpause`, `read` (a "
+        "refused read); for `config`: `add`, `change`, `retire`"
+    )
+    target: str = Field(description="the task or execution acted on, or the path refused")
+    task: str | None = Field(description="the task concerned, where known")
+    status: int | None = Field(description="the HTTP status answered; null for `config`")
+    remote: str | None = Field(description="the caller's address")
+    detail: Any = Field(
+        description="for a `config` change: `{fields: [{field, old, new}]}`; else null"
+    )
+
+
+class AuditPage(Answer):
+    """One page of the audit log, newest first."""
+
+    items: list[AuditEntry]
+    next: str | None = Field(description="pass it as `before` for the next page; null: last page")
+
+
+class CallerAnswer(Answer):
+    """Who the token presented names, and what its role allows."""
+
+    name: str = Field(description="the caller's name; `anonymous` when no token is configured")
+    role: Literal["viewer", "operator", "admin"]
+    token_required: bool = Field(description="whether this daemon asks for a token")
+
+
 #: Every model the document names, in the order it lists them.
 MODELS: tuple[type[BaseModel], ...] = (
     ErrorAnswer,
@@ -335,6 +373,9 @@ MODELS: tuple[type[BaseModel], ...] = (
     BackfillAnswer,
     ExecutionPage,
     StepList,
+    AuditEntry,
+    AuditPage,
+    CallerAnswer,
     Alive,
     Ready,
     Unready,

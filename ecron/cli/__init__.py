@@ -11,6 +11,7 @@ def main() -> None:
     """Entry point of the ``ecron`` console script."""
     from ecron.cli import (  # noqa: F401  (registers commands)
         action_cmds,
+        audit_cmd,
         check_service,
         client_cmds,
         daemon_cmds,

@@ -13,10 +13,10 @@ from __future__ import annotations
 import os
 import re
 import typing
-from collections.abc import Hashable, Mapping
+from collections.abc import Collection, Hashable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -74,18 +74,21 @@ def environment_overrides(environ: Mapping[str, str]) -> dict[tuple[str, ...], t
 
     Every ``DaemonSettings`` key is read from ``ECRON_<KEY>``, nested keys from
     ``ECRON_<KEY>_<SUBKEY>``; ``database`` also from ``ECRON_DATABASE_URL``,
-    which wins. Empty variables are ignored.
+    which wins. Empty variables are ignored, except for the keys in ``NEVER_EMPTY``.
     """
     found: dict[tuple[str, ...], tuple[str, str]] = {}
     for key in _daemon_keys():
         names = (*ENV_ALIASES.get(key, ()), ENV_PREFIX + "_".join(key).upper())
         for name in names:
-            if environ.get(name):
+            if environ.get(name) or (key in NEVER_EMPTY and name in environ):
                 found[key] = (name, environ[name])
                 break
     return found
 
 
+#: Daemon keys whose empty value is an error (validation says so), not "unset": an empty
+#: token is a secret that was not mounted, never "no token".
+NEVER_EMPTY = frozenset({("api_token",), ("api_tokens",), ("api_tokens_file",)})
 #: Daemon keys that only ecron.yaml sets (lists of structures have no sensible variable).
 FILE_ONLY_KEYS = frozenset({"notify"})
 #: The top-level key of named calendars, in ecron.yaml and in task files.
@@ -108,7 +111,10 @@ def _daemon_keys() -> list[tuple[str, ...]]:
 
 
 def settings_model(annotation: Any) -> type[BaseModel] | None:
-    """The settings model of a field typed ``Model`` or ``Model | None``; else None."""
+    """The settings model of a field typed ``Model`` or ``Model | None``; else None (a
+    list of models, such as ``api_tokens``, is one value: its variable holds the list)."""
+    if get_origin(annotation) is list:
+        return None
     for candidate in (annotation, *get_args(annotation)):
         if isinstance(candidate, type) and issubclass(candidate, BaseModel):
             return candidate
@@ -139,7 +145,8 @@ def _load_daemon(
     problems.extend(f"{DAEMON_FILE}: field '{path}': {text}" for path, text in bad)
     for key, (_, value) in overrides.items():
         _put(data, key, value)
-    _empty_means_unset(data, DaemonSettings)
+    _empty_means_unset(data, DaemonSettings, keep={key for (key, *_) in NEVER_EMPTY})
+    _read_callers_file(data, root, problems)
     try:
         daemon = DaemonSettings.model_validate(data)
     except ValidationError as exc:
@@ -150,6 +157,46 @@ def _load_daemon(
         return None
     database = _absolute_sqlite(daemon.database, root.resolve())
     return daemon.model_copy(update={"database": database}) if not bad else None
+
+
+def _read_callers_file(data: dict[str, Any], root: Path, problems: list[str]) -> None:
+    """The callers of ``api_tokens_file`` (a path, relative to the config directory) added
+    to ``api_tokens``: a YAML list of ``{name, token, role}``, or a mapping with that list
+    under ``api_tokens``. Problems name the file."""
+    named = data.get("api_tokens_file")
+    if not isinstance(named, str) or not named.strip():
+        return  # unset, or not text: validation says what is wrong
+    path = root / named
+    shown = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        problems.append(
+            f"{DAEMON_FILE}: field 'api_tokens_file': cannot read {shown} ({exc.strerror})."
+        )
+        return
+    try:
+        found = yaml.safe_load(text)
+    except yaml.YAMLError:  # its text is secret: PyYAML would quote it
+        problems.append(f"{shown}: is not YAML (write a list of {{name, token, role}}).")
+        return
+    if isinstance(found, dict) and set(found) == {"api_tokens"}:
+        found = found["api_tokens"]
+    if not isinstance(found, list):
+        problems.append(f"{shown}: must hold a list of {{name, token, role}}, not {kind(found)}.")
+        return
+    given = data.get("api_tokens") or []
+    if isinstance(given, str):
+        given = yaml.safe_load(given) if _is_yaml(given) else given
+    data["api_tokens"] = [*given, *found] if isinstance(given, list) else given
+
+
+def _is_yaml(text: str) -> bool:
+    try:
+        yaml.safe_load(text)
+    except yaml.YAMLError:
+        return False
+    return True
 
 
 def _pop(data: dict[str, Any], key: tuple[str, ...]) -> None:
@@ -435,12 +482,15 @@ def _expand(text: str, env: Mapping[str, str], path: str, bad: Problems) -> str:
     return _REFERENCE.sub(replace, text)
 
 
-def _empty_means_unset(data: dict[str, Any], model: type[BaseModel]) -> None:
+def _empty_means_unset(
+    data: dict[str, Any], model: type[BaseModel], keep: Collection[str] = ()
+) -> None:
     """Drop keys that may be null (``secret``, ``api_token``, ...) whose value is empty.
 
     Dropped, not set to None: a step that sets a key to None overrides its task.
     """
     for key, value in list(data.items()):
         field = model.model_fields.get(key)
-        if value == "" and field is not None and type(None) in typing.get_args(field.annotation):
+        nullable = field is not None and type(None) in typing.get_args(field.annotation)
+        if value == "" and nullable and key not in keep:
             del data[key]

@@ -14,7 +14,10 @@ from pydantic import BaseModel, ValidationError
 #: (field path, what is wrong)
 Problems = list[tuple[str, str]]
 #: Fields whose values are secrets: a problem with one never quotes the value.
-SECRET_PATH = re.compile(r"(^|\.)(secret|api_token)$|(^|\.)headers(\.|\[|$)|webhooks\[\d+\]\.url$")
+SECRET_PATH = re.compile(
+    r"(^|\.)(secret|api_token|api_tokens)$|(^|\.)api_tokens\[\d+\]\.token$"
+    r"|(^|\.)headers(\.|\[|$)|webhooks\[\d+\]\.url$"
+)
 #: How a secret value is shown in a problem.
 HIDDEN = "***"
 

@@ -12,7 +12,6 @@ import re
 from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any, Literal, get_args
-from urllib.parse import unquote
 
 import orjson
 from pydantic import (
@@ -27,6 +26,13 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from ecron.calendars import FireTimes
+from ecron.config.callers import (
+    ApiCaller,
+    check_callers,
+    check_listen,
+    check_token,
+    parse_callers,
+)
 from ecron.config.rules import (
     Blackout,
     CalendarSpec,
@@ -35,7 +41,7 @@ from ecron.config.rules import (
     check_blackouts,
     exclusions,
 )
-from ecron.config.secrets import database_password, without_password
+from ecron.config.secrets import without_password
 from ecron.durations import Duration
 from ecron.errors import ScheduleError
 from ecron.schedules import Schedule, on_key, parse_schedule, zone
@@ -403,6 +409,12 @@ class DaemonSettings(_Strict):
     listen: str = "127.0.0.1:8080"
     public_url: str | None = None
     api_token: str | None = None
+    #: Named callers with roles (``ECRON_API_TOKENS``: the same list as YAML or JSON).
+    api_tokens: list[ApiCaller] = Field(default_factory=list)
+    #: A YAML file holding more ``api_tokens`` (a mounted secret); read at load.
+    api_tokens_file: str | None = None
+    #: True: listen on a non-loopback address with no token (anyone who reaches it may act).
+    allow_unauthenticated: bool = False
     secret: str | None = None
     node_id: str = "auto"
     lease_ttl: Duration = timedelta(seconds=15)
@@ -443,6 +455,21 @@ class DaemonSettings(_Strict):
             raise ValueError(f"{shown!r} is not a database URL (port {port} is not 1 to 65535)")
         return value
 
+    _api_token = field_validator("api_token")(
+        lambda value: None if value is None else check_token(value)
+    )
+    _api_tokens = field_validator("api_tokens", mode="before")(parse_callers)
+
+    @model_validator(mode="after")
+    def _callers(self) -> DaemonSettings:
+        check_listen(self.listen, self.callers, self.allow_unauthenticated)
+        return self
+
+    @cached_property
+    def callers(self) -> list[ApiCaller]:
+        """Every caller of the API, ``api_token`` as ``admin``; empty: no token asked."""
+        return check_callers(self.api_token, self.api_tokens)
+
     @field_validator("lease_ttl", "tick", "patrol_interval", "history_retention")
     @classmethod
     def _positive(cls, value: timedelta) -> timedelta:
@@ -469,28 +496,3 @@ class Config(BaseModel):
     calendars: dict[str, CalendarSpec] = Field(default_factory=dict)
     #: The named pools (``pools`` in ecron.yaml and the task files).
     pools: dict[str, PoolSpec] = Field(default_factory=dict)
-
-
-def config_secrets(config: Config) -> list[str | None]:
-    """Every configured value that must never show in a log line: the API token, the
-    secrets, the database password, and every header value (of tasks, steps and
-    webhooks)."""
-    daemon = config.daemon
-    password = database_password(daemon.database)
-    values: list[str | None] = [daemon.api_token, daemon.secret, password]
-    if password is not None:
-        values.append(unquote(password))
-    if daemon.queue is not None:  # a Redis URL may carry a password too
-        queue_password = database_password(daemon.queue.url)
-        values += [queue_password, queue_password and unquote(queue_password)]
-    hooks = list(daemon.notify.webhooks)
-    for spec in config.tasks.values():
-        numbers: list[int | None] = list(range(1, len(spec.steps) + 1)) if spec.steps else [None]
-        for number in numbers:
-            call = spec.call(number)
-            values += [call.secret, *call.headers.values()]
-        if spec.notify is not None:
-            hooks += spec.notify.webhooks
-    for hook in hooks:
-        values += [hook.url, hook.secret, *hook.headers.values()]  # a URL may be the secret
-    return values

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
 from ecron.core import Execution, FirePlan, Gate, Status
+from ecron.core.audit import AuditEntry, AuditPage, AuditQuery
 from ecron.core.plans import PoolGate
 
 if TYPE_CHECKING:
@@ -422,6 +423,20 @@ class Store(abc.ABC):
     async def purge_history(self, before: datetime, batch: int) -> int:
         """Delete up to ``batch`` final executions (with their steps) that finished before
         ``before``; how many were deleted."""
+
+    # -- audit ------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def add_audit(self, entries: Sequence[AuditEntry]) -> None:
+        """Append ``entries`` to the audit log, in one transaction."""
+
+    @abc.abstractmethod
+    async def audit_page(self, query: AuditQuery) -> AuditPage:
+        """Audit entries matching ``query``, newest first."""
+
+    @abc.abstractmethod
+    async def purge_audit(self, before: datetime, batch: int) -> int:
+        """Delete up to ``batch`` audit entries older than ``before``; how many."""
 
     # -- chains -----------------------------------------------------------------------------
 

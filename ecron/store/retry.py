@@ -23,7 +23,10 @@ that is run again may find its own work already done. Why each kind stays right:
   commit it finds the row moved on and says so, and the caller reads it again.
 - Reads, and writes of absolute values (``renew_leases``, ``heartbeat``,
   ``tasks_succeeded``, ``shared_secret``): doing them twice is doing them once.
-  ``purge_history``: a retry deletes the next batch, as the patrol's next round would.
+  ``purge_history``, ``purge_audit``: a retry deletes the next batch, as the patrol's next
+  round would. ``add_audit`` appends without a key: a retry after its own commit writes
+  its entries twice (audit ids are the database's own), which a reader sees as the same
+  time, actor and action twice; nothing is lost.
   ``release_leases`` matches ``owner = node``: the second time it finds none.
   ``force_claim`` raises the fence once more and returns the rows as they now are.
 - ``save`` and ``start_executions``: compare-and-set on fence and version. On a retry a

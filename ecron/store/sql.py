@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ecron import __version__
-from ecron.core import ACTIVE, FINAL, INTERRUPTED_REASONS, Execution, Status, Step, TriggerKind
+from ecron.core import ACTIVE, INTERRUPTED_REASONS, Execution, Status, Step, TriggerKind
 from ecron.store.base import Page, Store
 from ecron.store.bulk import Batch, Kind
 from ecron.store.engine import Engines, cluster_lock
@@ -31,6 +31,7 @@ from ecron.store.mapping import (
     to_step,
 )
 from ecron.store.retry import retried, retrying
+from ecron.store.sql_audit import AuditOperations
 from ecron.store.sql_chains import ChainOperations
 from ecron.store.sql_leases import LeaseOperations, advance_batch, take_batch
 from ecron.store.sql_lookups import LookupOperations
@@ -82,7 +83,13 @@ _STEP_UPDATE = (
 
 
 class SqlStore(
-    LeaseOperations, TaskOperations, LookupOperations, ChainOperations, PoolOperations, Store
+    LeaseOperations,
+    TaskOperations,
+    LookupOperations,
+    ChainOperations,
+    PoolOperations,
+    AuditOperations,
+    Store,
 ):
     """The store on SQLAlchemy Core; see ``Store`` for the contract of each operation."""
 
@@ -394,25 +401,6 @@ class SqlStore(
             .limit(limit)
         )
         return await self._executions(query)
-
-    @retried("purge_history")
-    async def purge_history(self, before: datetime, batch: int) -> int:
-        old = (
-            sa.select(execution_table.c.eid)
-            .where(
-                execution_table.c.status.in_([str(s) for s in FINAL]),
-                execution_table.c.finished_at < before,
-            )
-            .limit(batch)
-        )
-        async with self.engines.write() as conn:
-            eids = list((await conn.execute(old)).scalars())
-            if eids:
-                await conn.execute(sa.delete(step_table).where(step_table.c.eid.in_(eids)))
-                await conn.execute(
-                    sa.delete(execution_table).where(execution_table.c.eid.in_(eids))
-                )
-        return len(eids)
 
     async def _executions(self, query: sa.Select[Any]) -> list[Execution]:
         async with self.engines.read() as conn:

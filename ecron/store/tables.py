@@ -198,6 +198,32 @@ class PoolRow(SQLModel, table=True):
     next_trigger_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
 
 
+class AuditRow(SQLModel, table=True):
+    """Who did what through the API, or what a config load changed (DESIGN.md, "Audit")."""
+
+    __tablename__: ClassVar[str] = "audit"
+    __table_args__ = (
+        sa.Index("ix_audit_at", "at"),
+        sa.Index("ix_audit_actor_id", "actor", "id"),
+        sa.Index("ix_audit_task_id", "task", "id"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    at: datetime = Field(sa_type=UTCDateTime)
+    #: The caller's name, ``anonymous``, ``unknown`` or ``config``.
+    actor: str = Field(max_length=100)
+    action: str = Field(max_length=40)
+    #: The task or execution acted on (or the path of a refused request).
+    target: str = Field(default="", max_length=300)
+    #: The task concerned, where known (for ``?task=``).
+    task: str | None = Field(default=None, max_length=200)
+    #: The HTTP status answered; None for a config change.
+    status: int | None = None
+    remote: str | None = Field(default=None, max_length=100)
+    #: More, as JSON: a config change's fields, old and new.
+    detail: Any = Field(default=None, sa_type=sa.JSON(none_as_null=True), nullable=True)
+
+
 class SettingRow(SQLModel, table=True):
     """Values the cluster shares, such as the generated callback secret."""
 
@@ -214,3 +240,4 @@ step_table: sa.Table = ExecutionStepRow.__table__  # type: ignore[attr-defined]
 node_table: sa.Table = NodeRow.__table__  # type: ignore[attr-defined]
 setting_table: sa.Table = SettingRow.__table__  # type: ignore[attr-defined]
 pool_table: sa.Table = PoolRow.__table__  # type: ignore[attr-defined]
+audit_table: sa.Table = AuditRow.__table__  # type: ignore[attr-defined]

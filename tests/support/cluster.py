@@ -122,6 +122,8 @@ def start_node(name: str, directory: Path, database_url: str, logs: Path, **env:
 async def request(node: Node, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
     """One API call to ``node``: the status and the JSON answer."""
     timeout = aiohttp.ClientTimeout(total=5)
+    if method == "POST" and "data" not in kwargs:
+        kwargs.setdefault("json", {})  # what changes something is sent as JSON
     async with (
         aiohttp.ClientSession(timeout=timeout) as session,
         session.request(method, f"{node.api}{path}", **kwargs) as response,

@@ -29,6 +29,7 @@ def api_context(daemon: Daemon) -> ApiContext:
         last_tick=lambda: daemon.scheduler.last_tick,
         load=daemon.engine.load,
         answered=daemon.engine.executor.pace.answered,
+        audit=daemon.audit,
     )
 
 
@@ -84,6 +85,8 @@ class Recorder:
         """``method`` on ``path`` (``template`` filled in), with the API token unless other
         headers are given; the status and the body, after checking them."""
         kwargs.setdefault("headers", AUTH)
+        if method == "POST" and "data" not in kwargs:
+            kwargs.setdefault("json", {})  # what changes something is sent as JSON
         async with (
             aiohttp.ClientSession() as session,
             session.request(method, self.base + (path or template), **kwargs) as response,

@@ -16,6 +16,12 @@ from ecron.clock import Clock
 
 Behaviour = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
 
+#: The body of a POST to the API that needs none: ``{}`` as ``application/json``, as a
+#: daemon without a token asks of anything that changes something (CSRF).
+JSON_BODY: dict[str, object] = {}
+#: The header of a POST whose body is sent as it is, as JSON.
+JSON_TYPE = {"Content-Type": "application/json"}
+
 
 @dataclass(frozen=True)
 class Call:

@@ -26,9 +26,14 @@ export async function call(method, path) {
   const token = savedToken();
   const headers = {Accept: "application/json"};
   if (token) headers.Authorization = "Bearer " + token;
+  const asked = {method, headers, cache: "no-store"};
+  if (method !== "GET") {  // what changes something goes as JSON (a daemon without a token asks it)
+    headers["Content-Type"] = "application/json";
+    asked.body = "{}";
+  }
   let answer;
   try {
-    answer = await fetch(API + path, {method, headers, cache: "no-store"});
+    answer = await fetch(API + path, asked);
   } catch (error) {
     throw new ApiError(0, `ecron does not answer (${method} ${API}${path}): ${error.message}`);
   }
