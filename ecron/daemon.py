@@ -222,10 +222,8 @@ class Daemon:
             result = await self.store.sync_tasks(self.specs, firsts)
         for name in (*result.added, *result.updated):  # planned out before the first fire time
             self.metrics.excluded(name, firsts.excluded.get(name, {}))
-        if result.added or result.updated or result.retired:
-            log.info(
-                "tasks_synced", added=result.added, updated=result.updated, retired=result.retired
-            )
+        if result.changes:  # the diff ``ecron plan`` shows, in the shape of its --json
+            log.info("tasks_synced", **result.changes.as_json())
 
     async def reload(self, config: Config) -> None:
         """Take new task definitions (SIGHUP): the database follows, running work goes on."""
