@@ -1,18 +1,30 @@
-"""The one diff of a task set (``task_set_change``): what the sync writes and what the
-daemon logs are the same diff."""
+"""``ecron plan -c DIR`` and the one diff of a task set behind it (``task_set_change``):
+what the CLI prints, what the sync writes and what the daemon logs are the same diff."""
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
+from click.testing import CliRunner, Result
 from structlog.testing import capture_logs
 
+from ecron.cli import cli, plan  # noqa: F401  (registers the command)
+from ecron.config import load_config
 from ecron.config.model import TaskSpec
+from ecron.config.summary import validation_report
 from ecron.planning import FirstFireTimes
 from ecron.store.changes import FieldChange, StoredTask, spec_json, task_set_change
+from ecron.store.engine import Engines
+from ecron.store.migrate import upgrade
 from ecron.store.sql import SqlStore
+from ecron.store.tables import task_table
 from tests.conftest import DaemonFactory, task
 from tests.support.rig import FakeClock
 
@@ -168,6 +180,180 @@ async def test_the_sync_writes_and_returns_the_diff(store: SqlStore) -> None:
         name: after for name, (_, after) in planned.next_fire.items()
     }
     assert not (await store.sync_tasks(specs, later)).changes
+
+
+# -- the command -----------------------------------------------------------------------------
+
+
+def write_config(directory: Path, database: str, tasks: list[dict[str, Any]]) -> Path:
+    """A config directory on ``database`` with ``tasks`` in ``tasks/jobs.yaml``."""
+    (directory / "tasks").mkdir(parents=True, exist_ok=True)
+    (directory / "ecron.yaml").write_text(f"database: '{database}'\nlisten: 127.0.0.1:0\n")
+    (directory / "tasks" / "jobs.yaml").write_text(json.dumps({"tasks": tasks}))
+    return directory
+
+
+def job(name: str, schedule: str = NEW_YEAR, **keys: Any) -> dict[str, Any]:
+    return {"name": name, "schedule": schedule, "url": f"http://127.0.0.1:9/jobs/{name}", **keys}
+
+
+def sync(directory: Path) -> None:
+    """Make the database follow the config in ``directory``, as the daemon's start does."""
+
+    async def run() -> None:
+        config = load_config(directory)
+        store = SqlStore.open(config.daemon.database)
+        try:
+            await upgrade(store.engines)
+            await store.sync_tasks(config.tasks, FirstFireTimes(datetime.now(UTC)))
+        finally:
+            await store.close()
+
+    asyncio.run(run())
+
+
+def dump(url: str) -> list[dict[str, Any]]:
+    """Every task row, and the schema's revision: what plan must leave as it was."""
+
+    async def read() -> list[dict[str, Any]]:
+        engines = Engines(url)
+        try:
+            async with engines.read() as conn:
+                rows = (await conn.execute(sa.select(task_table).order_by("name"))).mappings()
+                found = [dict(row) for row in rows]
+                version = await conn.execute(sa.text("SELECT version_num FROM alembic_version"))
+                return [*found, {"revision": version.scalar()}]
+        finally:
+            await engines.dispose()
+
+    return asyncio.run(read())
+
+
+def run_plan(directory: Path, *args: str) -> Result:
+    return CliRunner().invoke(cli, ["plan", "-c", str(directory), *args])
+
+
+def test_plan_exits_0_when_the_database_already_follows_the_config(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Right after a sync of the same files, nothing would change: exit 0."""
+    directory = write_config(tmp_path / "c", database_url, [job("a"), job("b", "manual")])
+    sync(directory)
+    result = run_plan(directory)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == ["No change: 0 to add, 0 to change, 0 to retire"]
+    assert json.loads(run_plan(directory, "--json").stdout) == {
+        "add": [],
+        "change": [],
+        "retire": [],
+    }
+
+
+def test_plan_shows_added_changed_and_retired_tasks_and_touches_nothing(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Exit 2 with each task named: added, changed with the schedule's old and new value
+    and the next fire time before and after, retired; the database is left as it was."""
+    directory = write_config(
+        tmp_path / "c", database_url, [job("keep"), job("move"), job("gone", "manual")]
+    )
+    sync(directory)
+    write_config(directory, database_url, [job("keep"), job("move", MIDSUMMER), job("new")])
+    before = dump(database_url)
+    result = run_plan(directory)
+    now = datetime.now(UTC)
+    new_year = datetime(now.year + 1, 1, 1, tzinfo=UTC).isoformat(timespec="milliseconds")
+    midsummer = datetime(now.year + (now.month >= 7), 7, 1, tzinfo=UTC)
+    shown = midsummer.isoformat(timespec="milliseconds")
+    assert result.exit_code == 2, result.output
+    assert result.stdout.splitlines() == [
+        "+ new",
+        f"    next fire: {new_year.replace('+00:00', 'Z')}",
+        "~ move",
+        f'    schedule: "{NEW_YEAR}" → "{MIDSUMMER}"',
+        f"    next fire: {new_year.replace('+00:00', 'Z')} → {shown.replace('+00:00', 'Z')}",
+        "- gone",
+        "1 to add, 1 to change, 1 to retire",
+    ]
+    assert dump(database_url) == before
+
+
+def test_plan_json_has_the_same_diff(database_url: str, tmp_path: Path) -> None:
+    """``--json``: ``add``, ``change`` (per task its fields with old and new values, its next
+    fire time before and after) and ``retire``; exit 2."""
+    directory = write_config(tmp_path / "c", database_url, [job("move"), job("gone")])
+    sync(directory)
+    write_config(directory, database_url, [job("move", MIDSUMMER, retry={"max_attempts": 3})])
+    result = run_plan(directory, "--json")
+    assert result.exit_code == 2, result.output
+    plan_json = json.loads(result.stdout)
+    [change] = plan_json.pop("change")
+    assert plan_json == {"add": [], "retire": ["gone"]}
+    assert change["task"] == "move"
+    assert change["fields"] == [
+        {"field": "schedule", "old": NEW_YEAR, "new": MIDSUMMER},
+        {"field": "retry.max_attempts", "old": 0, "new": 3},
+    ]
+    before, after = change["next_fire_before"], change["next_fire_after"]
+    assert before.endswith("-01-01T00:00:00.000Z") and after.endswith("-07-01T00:00:00.000Z")
+
+
+def test_plan_on_a_missing_sqlite_file_adds_every_task_and_creates_no_file(
+    tmp_path: Path,
+) -> None:
+    """No database yet: every task would be added (exit 2, with a note), and the file is
+    still not there afterwards."""
+    path = tmp_path / "none.db"
+    directory = write_config(tmp_path / "c", f"sqlite+aiosqlite:///{path}", [job("a"), job("b")])
+    result = run_plan(directory)
+    assert result.exit_code == 2, result.output
+    assert "no ecron tasks in the database yet" in result.stdout
+    assert [line for line in result.stdout.splitlines() if line.startswith("+")] == ["+ a", "+ b"]
+    assert json.loads(run_plan(directory, "--json").stdout)["add"] == ["a", "b"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c"]
+
+
+def test_plan_refuses_a_schema_of_another_revision_and_leaves_the_file_as_it_was(
+    tmp_path: Path,
+) -> None:
+    """A database at an older schema revision: exit 1 saying to upgrade it first, and its
+    file's bytes are the same afterwards (plan never migrates)."""
+    path = tmp_path / "old.db"
+    directory = write_config(tmp_path / "c", f"sqlite+aiosqlite:///{path}", [job("a")])
+    sync(directory)
+
+    async def stamp_older() -> None:
+        engines = Engines(f"sqlite+aiosqlite:///{path}")
+        async with engines.write() as conn:
+            await conn.execute(sa.text("UPDATE alembic_version SET version_num = '0009'"))
+        await engines.dispose()
+
+    asyncio.run(stamp_older())
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    result = run_plan(directory)
+    assert result.exit_code == 1
+    assert "schema is at revision 0009" in result.stderr and "ecron db upgrade" in result.stderr
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == digest
+
+
+def test_plan_of_a_bad_config_exits_1_naming_file_task_and_field(tmp_path: Path) -> None:
+    """A config with an error: exit 1 with the lines ``ecron validate`` prints (file, task,
+    field), nothing on stdout, and no database opened."""
+    path = tmp_path / "never.db"
+    directory = write_config(
+        tmp_path / "c", f"sqlite+aiosqlite:///{path}", [job("a", "61 * * * *")]
+    )
+    result = run_plan(directory)
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr.splitlines() == validation_report(directory, datetime.now(UTC))[1]
+    assert "jobs.yaml" in result.stderr and "'a'" in result.stderr and "schedule" in result.stderr
+    assert not path.exists()
+
+
+def test_a_usage_error_of_plan_exits_1_not_2_which_means_changes(tmp_path: Path) -> None:
+    """``ecron plan --nope`` is an error (1): 2 would read as "something would change"."""
+    result = run_plan(tmp_path, "--nope")
+    assert result.exit_code == 1 and "No such option" in result.stderr
 
 
 # -- the daemon's log ------------------------------------------------------------------------

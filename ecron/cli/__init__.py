@@ -15,6 +15,7 @@ def main() -> None:
         client_cmds,
         daemon_cmds,
         demo,
+        plan,
         validate,
         watch,
     )
