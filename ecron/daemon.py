@@ -227,13 +227,14 @@ class Daemon:
             result = await self.store.sync_tasks(self.specs, firsts)
         for name in (*result.added, *result.updated):  # planned out before the first fire time
             self.metrics.excluded(name, firsts.excluded.get(name, {}))
-        if result.added or result.updated or result.retired:
-            log.info(
-                "tasks_synced", added=result.added, updated=result.updated, retired=result.retired
-            )
-            self.audit.config_changed(
-                result.added, {name: [] for name in result.updated}, result.retired
-            )
+        changes = result.changes
+        if changes:  # the diff ``ecron plan`` shows, in the shape of its --json
+            log.info("tasks_synced", **changes.as_json())
+            fields = {
+                name: [{"field": f.field, "old": f.old, "new": f.new} for f in found]
+                for name, found in changes.changed.items()
+            }
+            self.audit.config_changed(changes.added, fields, changes.retired)
 
     async def reload(self, config: Config) -> None:
         """Take new task definitions (SIGHUP): the database follows, running work goes on."""

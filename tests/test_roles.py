@@ -195,3 +195,24 @@ async def test_the_caller_endpoint_names_the_token_and_its_role(
         200,
         {"name": "anonymous", "role": "admin", "token_required": False},
     )
+
+
+async def test_a_reload_that_changes_a_schedule_is_in_the_audit_log_as_config(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """The first load adds the task (actor `config`, action `add`); a reload that changes
+    its schedule is recorded as `change` with the field, old and new, and one that drops
+    it as `retire`, newest first, filtered by actor and task."""
+    url = f"{user_service.url}/jobs/quick"
+    async with roled_daemon(make_daemon, user_service) as daemon:
+        config = daemon.config
+        changed = task("quick", url, schedule="0 3 * * *", concurrency="allow")
+        await daemon.reload(config.model_copy(update={"tasks": {"quick": changed}}))
+        await daemon.reload(config.model_copy(update={"tasks": {}}))
+        query = "/api/v1/audit?actor=config&task=quick"
+        status, page = await call(daemon, "GET", query, TOKENS[Role.ADMIN])
+    assert status == 200
+    got = [(e["action"], e["target"], e["status"]) for e in page["items"]]
+    assert got == [("retire", "quick", None), ("change", "quick", None), ("add", "quick", None)]
+    fields = page["items"][1]["detail"]["fields"]
+    assert {"field": "schedule", "old": "manual", "new": "0 3 * * *"} in fields

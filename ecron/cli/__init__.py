@@ -16,6 +16,7 @@ def main() -> None:
         client_cmds,
         daemon_cmds,
         demo,
+        plan,
         validate,
         watch,
     )

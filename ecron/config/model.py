@@ -211,6 +211,15 @@ class StepSpec(_Strict):
     _durations = field_validator(*_POSITIVE_CALL_DURATIONS)(check_positive)
 
 
+def spec_digest(dumped: dict[str, Any]) -> str:
+    """The digest of a task spec as JSON values (``TaskSpec.dumped``)."""
+    try:
+        text = orjson.dumps(dumped, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # a body orjson cannot write (an integer beyond 64 bits)
+        text = json.dumps(dumped, sort_keys=True).encode()
+    return hashlib.sha256(text).hexdigest()
+
+
 class TaskSpec(_Strict):
     """One task as declared in ``tasks/*.yaml``."""
 
@@ -321,13 +330,8 @@ class TaskSpec(_Strict):
 
     @cached_property
     def digest(self) -> str:
-        """A digest of the whole spec (secrets included), to notice any change: the task
-        row keeps the digest of the config it was synced from."""
-        try:
-            text = orjson.dumps(self.dumped, option=orjson.OPT_SORT_KEYS)
-        except TypeError:  # a body orjson cannot write (an integer beyond 64 bits)
-            text = json.dumps(self.dumped, sort_keys=True).encode()
-        return hashlib.sha256(text).hexdigest()
+        """The whole spec's digest (secrets included): its task row keeps it, to see a change."""
+        return spec_digest(self.dumped)
 
     @cached_property
     def fire_schedule(self) -> Schedule:

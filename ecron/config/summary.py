@@ -24,8 +24,14 @@ def validation_report(
     try:
         config = load_config(directory, environ, now)
     except ConfigError as exc:
-        return 1, [" ".join(problem.split("\n")) for problem in exc.problems]
+        return 1, problem_lines(exc)
     return 0, task_lines(config, now) + notes(config)
+
+
+def problem_lines(exc: ConfigError) -> list[str]:
+    """One line per problem of a config that cannot be used (``ecron validate``, ``ecron
+    plan``): each names its file, task and field."""
+    return [" ".join(problem.split("\n")) for problem in exc.problems]
 
 
 def notes(config: Config) -> list[str]:

@@ -11,11 +11,12 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from ecron.core import Execution, FirePlan, Gate, Status
 from ecron.core.audit import AuditEntry, AuditPage, AuditQuery
 from ecron.core.plans import PoolGate
+from ecron.store.changes import FirstFires, StoredTask, TaskSetChange
 
 if TYPE_CHECKING:
     from ecron.config import TaskSpec
@@ -114,24 +115,17 @@ class Started:
     inserted: list[Execution]
 
 
-class FirstFires(Protocol):
-    """The fire-time math a sync needs, worked out outside the store
-    (``planning.FirstFireTimes``): each task's first fire time from ``now``."""
-
-    now: datetime
-
-    def of(self, spec: TaskSpec) -> datetime | None:
-        """The first fire time of ``spec`` at or after ``now``; None when it never fires."""
-        ...
-
-
 @dataclass(frozen=True, slots=True)
 class SyncResult:
     """How the task table followed the loaded config."""
 
+    #: The rows it inserted, updated (a retired task that came back among them) and
+    #: retired, by name.
     added: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     retired: list[str] = field(default_factory=list)
+    #: What that changed, field by field (``changes.task_set_change``).
+    changes: TaskSetChange = field(default_factory=TaskSetChange)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +162,13 @@ class Store(abc.ABC):
     async def sync_tasks(self, specs: Mapping[str, TaskSpec], firsts: FirstFires) -> SyncResult:
         """Make the task table follow ``specs`` at ``firsts.now``: add new tasks, update
         changed ones (a changed schedule restarts at its first fire time from now, as
-        ``firsts`` says), retire missing ones (history kept)."""
+        ``firsts`` says), retire missing ones (history kept). What it changed comes back
+        as ``changes.task_set_change`` says it (``SyncResult.changes``)."""
+
+    @abc.abstractmethod
+    async def stored_tasks(self) -> dict[str, StoredTask]:
+        """Every task row as ``changes.task_set_change`` compares it, retired ones too
+        (one read, no write: ``ecron plan``)."""
 
     @abc.abstractmethod
     async def get_task(self, name: str) -> TaskState | None:

@@ -9,6 +9,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -49,6 +50,7 @@ class Engines:
     (``busy_timeout_ms``: how long a connection waits for another process's
     writer before failing with ``database is locked``, which the store retries).
     The cluster lock's kind (a file lock or an advisory lock) is chosen here too.
+    ``read_only`` engines (``ecron plan``) have every write refused by the database itself.
     """
 
     def __init__(
@@ -58,6 +60,7 @@ class Engines:
         pool_size: int = 10,
         observe: Callable[[str, float], None] | None = None,
         busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS,
+        read_only: bool = False,
     ) -> None:
         #: Called with ("read" or "write", seconds) after each transaction.
         self.observe = observe
@@ -70,6 +73,8 @@ class Engines:
                     f"database {url!r}: use a SQLite file; an in-memory database cannot be shared"
                 )
             self.dialect = Dialect("sqlite", skip_locked=False, path=path, insert=sqlite.insert)
+            if read_only:  # SQLite refuses every write (and does not create a missing file)
+                url = f"sqlite+aiosqlite:///file:{quote(str(path))}?mode=ro&uri=true"
             self.reader = _sqlite_engine(url, immediate=False, busy_ms=busy_timeout_ms)
             self.writer = _sqlite_engine(url, immediate=True, busy_ms=busy_timeout_ms)
             self._write_lock: asyncio.Lock | None = asyncio.Lock()
@@ -81,8 +86,14 @@ class Engines:
                 insert=postgresql.insert,
                 byte_order=("~>=~", "~<~"),
             )
+            # read-only: PostgreSQL refuses every write in the session's transactions
+            settings = {"default_transaction_read_only": "on"} if read_only else {}
             engine = create_async_engine(
-                url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
+                url,
+                pool_size=pool_size,
+                max_overflow=pool_size,
+                pool_pre_ping=True,
+                connect_args={"server_settings": settings} if settings else {},
             )
             self.reader = self.writer = engine
             self._write_lock = None

@@ -4,39 +4,22 @@ executions of each task end (failures in a row, pause, the next ``after`` fire t
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ecron.config.model import TaskSpec
-from ecron.store.base import FirstFires, SyncResult, TaskState
+from ecron.store.base import SyncResult, TaskState
 from ecron.store.bulk import Batch, Kind
+from ecron.store.changes import FirstFires, StoredTask, spec_json, task_set_change
 from ecron.store.engine import Engines
 from ecron.store.mapping import to_task
 from ecron.store.retry import retried, retrying
 from ecron.store.tables import task_table
-
-_REDACTED = "***"
-
-
-def spec_json(spec: TaskSpec) -> dict[str, Any]:
-    """The spec as stored: JSON, with header values and secrets redacted."""
-    data = dict(spec.dumped)
-    if data.get("steps"):
-        data["steps"] = [dict(step) for step in data["steps"]]
-
-    def redact(call: dict[str, Any]) -> None:
-        if call.get("headers"):
-            call["headers"] = dict.fromkeys(call["headers"], _REDACTED)
-        if call.get("secret"):
-            call["secret"] = _REDACTED
-
-    redact(data)
-    for step in data.get("steps") or []:
-        redact(step)
-    return data
 
 
 class TaskOperations:
@@ -51,42 +34,36 @@ class TaskOperations:
     async def sync_tasks(self, specs: Mapping[str, TaskSpec], firsts: FirstFires) -> SyncResult:
         result = SyncResult()
         now = firsts.now
-        summary = sa.select(task_table.c.name, task_table.c.spec_hash, task_table.c.retired)
         async with self.engines.write() as conn:
-            rows = {row.name: row for row in await conn.execute(summary)}
-            new = [spec for name, spec in specs.items() if name not in rows]
-            changed = [
-                name
-                for name, spec in specs.items()
-                if name in rows and (rows[name].spec_hash != spec.digest or rows[name].retired)
-            ]
-            gone = [name for name, row in rows.items() if name not in specs and not row.retired]
-            if new:
-                rows_new = [_new_task(spec, now, firsts.of(spec)) for spec in new]
+            rows = {row["name"]: row for row in (await conn.execute(_SUMMARY)).mappings()}
+            # the specs of rows that may have changed, read to compare them field by field
+            unlike = [name for name, row in rows.items() if _unlike(row, specs.get(name))]
+            found = {row["name"]: row for row in await _whole_rows(conn, unlike)}
+            stored = {name: _stored(found.get(name, row)) for name, row in rows.items()}
+            change = task_set_change(stored, specs, firsts)
+            after = {name: times[1] for name, times in change.next_fire.items()}
+            if new := [name for name in change.added if name not in rows]:
+                values = [_new_task(specs[name], now, after[name]) for name in new]
                 # another node starting at the same moment may add them first: its rows stay
                 insert = self.engines.dialect.insert(task_table).on_conflict_do_nothing()
-                added = await conn.execute(insert.returning(task_table.c.name), rows_new)
+                added = await conn.execute(insert.returning(task_table.c.name), values)
                 result.added.extend(sorted(added.scalars()))
-            if changed:
-                query = sa.select(task_table).where(task_table.c.name.in_(changed))
-                found = (await conn.execute(query)).mappings().all()
-                updates = [_changed_task(row, specs[row["name"]], now, firsts) for row in found]
-                await conn.execute(_UPDATE_TASK, updates)  # one executemany for them all
-                result.updated.extend(changed)
-            if gone:
-                retired = await conn.execute(
-                    sa.update(task_table)
-                    .where(task_table.c.name.in_(gone), task_table.c.retired.is_(False))
-                    .values(
-                        retired=True,
-                        next_fire_at=None,
-                        updated_at=now,
-                        version=task_table.c.version + 1,
-                    )
-                    .returning(task_table.c.name)
-                )
-                result.retired.extend(sorted(retired.scalars()))
-        return result
+            if updated := [name for name in (*change.added, *change.changed) if name in rows]:
+                values = [
+                    _changed_task(found[name], specs[name], now, after[name]) for name in updated
+                ]
+                await conn.execute(_UPDATE_TASK, values)  # one executemany for them all
+                result.updated.extend(sorted(updated))
+            if change.retired:
+                result.retired.extend(await _retire(conn, change.retired, now))
+        written = [*result.added, *(name for name in change.added if name in rows)]
+        return replace(result, changes=change.only(written, result.retired))
+
+    @retried("stored_tasks")
+    async def stored_tasks(self) -> dict[str, StoredTask]:
+        async with self.engines.read() as conn:
+            rows = (await conn.execute(sa.select(task_table))).mappings()
+            return {row["name"]: _stored(row) for row in rows}
 
     @retried("get_task")
     async def get_task(self, name: str) -> TaskState | None:
@@ -271,30 +248,59 @@ _UPDATE_TASK = (
         }
     )
 )
-#: The keys whose change restarts a task's schedule at its first fire time from now.
-_SCHEDULING = ("schedule", "timezone", "enabled", "calendar", "blackout")
-#: What a spec stored before a key existed means by its absence (no restart on upgrade).
-_UNSET: dict[str, Any] = {"blackout": []}
 
 
 def _changed_task(
-    row: RowMapping, spec: TaskSpec, now: datetime, firsts: FirstFires
+    row: RowMapping, spec: TaskSpec, now: datetime, next_fire_at: datetime | None
 ) -> dict[str, Any]:
-    """The new values of a task whose spec changed; its schedule goes on where it was
-    unless the schedule itself changed (the stored spec is compared as stored: JSON)."""
-    stored = row["spec"] or {}
-    same_schedule = all(
-        stored.get(key, _UNSET.get(key)) == spec.dumped.get(key) for key in _SCHEDULING
-    )
-    if same_schedule and not row["retired"]:
-        values = _new_task(spec, now, row["next_fire_at"])
-    else:
-        values = _new_task(spec, now, firsts.of(spec))
+    """The new values of a task row whose spec changed (or that comes back from retirement),
+    with the next fire time ``task_set_change`` gave it."""
+    values = _new_task(spec, now, next_fire_at)
     del values["created_at"], values["name"]
     values.update(
         b_name=row["name"], b_version=row["version"], retired=False, version=row["version"] + 1
     )
     return values
+
+
+async def _retire(conn: AsyncConnection, names: Collection[str], now: datetime) -> list[str]:
+    """Retire the tasks ``names`` not retired yet: those it retired, by name."""
+    retired = await conn.execute(
+        sa.update(task_table)
+        .where(task_table.c.name.in_(names), task_table.c.retired.is_(False))
+        .values(retired=True, next_fire_at=None, updated_at=now, version=task_table.c.version + 1)
+        .returning(task_table.c.name)
+    )
+    return sorted(retired.scalars())
+
+
+#: What a sync reads of every task row; the whole row only of those that may have changed.
+_SUMMARY = sa.select(
+    task_table.c.name, task_table.c.spec_hash, task_table.c.retired, task_table.c.next_fire_at
+)
+
+
+async def _whole_rows(conn: AsyncConnection, names: Collection[str]) -> list[RowMapping]:
+    if not names:
+        return []
+    query = sa.select(task_table).where(task_table.c.name.in_(names))
+    return list((await conn.execute(query)).mappings())
+
+
+def _unlike(row: RowMapping, spec: TaskSpec | None) -> bool:
+    """Whether a task row may differ from its loaded ``spec`` (None: no longer loaded)."""
+    return spec is not None and (row["spec_hash"] != spec.digest or row["retired"])
+
+
+def _stored(row: RowMapping) -> StoredTask:
+    """A task row as ``task_set_change`` compares it (its spec only when it was read)."""
+    return StoredTask(
+        name=row["name"],
+        spec=row.get("spec"),
+        spec_hash=row["spec_hash"],
+        retired=row["retired"],
+        next_fire_at=row["next_fire_at"],
+    )
 
 
 def successes_batch(dialect: str) -> Batch:

@@ -1,0 +1,126 @@
+"""``ecron plan -c DIR``: what loading DIR would change in the database it names, without
+changing it. The diff is ``store.changes.task_set_change``, the one the daemon's sync
+writes and logs (``tasks_synced``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from ecron.cli.daemon_cmds import config_option
+from ecron.cli.group import OneLineUsageError, cli
+from ecron.config import Config, load_config
+from ecron.config.summary import problem_lines
+from ecron.errors import ConfigError, EcronError
+from ecron.planning import FirstFireTimes
+from ecron.store.changes import FieldChange, TaskSetChange, rfc3339, task_set_change
+from ecron.store.peek import peek_tasks
+
+#: A value longer than this is cut in the text output (``--json`` has it whole).
+SHOWN = 60
+#: Said when the database holds no ecron schema yet.
+NO_DATABASE = "no ecron tasks in the database yet (no file or no schema): all are new"
+
+
+class _UsageError(OneLineUsageError):
+    """``ecron plan``'s usage error exits 1, like its other errors: its 2 says "changes"."""
+
+    exit_code = 1
+
+
+class _PlanCommand(click.Command):
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            raise _UsageError(exc.format_message(), exc.ctx) from exc
+
+
+@cli.command(cls=_PlanCommand)
+@config_option
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@click.pass_context
+def plan(ctx: click.Context, directory: str, as_json: bool) -> None:
+    """Show what loading the config in DIR would change in the database it names: tasks
+    added, changed (field by field, with the next fire time before and after) and retired.
+    Reads only: the database is neither written nor created nor migrated.
+
+    Exits 0 when nothing would change, 2 when something would, 1 on an error.
+    """
+    now = datetime.now(UTC)
+    try:
+        config = load_config(directory, now=now)
+    except ConfigError as exc:
+        for line in problem_lines(exc):
+            click.echo(line, err=True)
+        ctx.exit(1)
+    try:
+        change, fresh = asyncio.run(_plan(config, now))
+    except (EcronError, OSError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    if as_json:
+        if fresh:
+            click.echo(f"note: {NO_DATABASE}", err=True)
+        click.echo(json.dumps(change.as_json(), indent=2, ensure_ascii=False))
+    else:
+        console = Console(highlight=False, soft_wrap=False)
+        if fresh:
+            console.print(f"note: {NO_DATABASE}")
+        for line in plan_lines(change):
+            console.print(line)
+    ctx.exit(2 if change else 0)
+
+
+async def _plan(config: Config, now: datetime) -> tuple[TaskSetChange, bool]:
+    """The change, and whether the database holds no ecron schema yet."""
+    try:
+        stored = await peek_tasks(config.daemon.database)
+    except Exception as exc:
+        if isinstance(exc, EcronError):
+            raise
+        raise EcronError(f"database: cannot be read: {exc}") from exc
+    change = task_set_change(stored or {}, config.tasks, FirstFireTimes(now))
+    return change, stored is None
+
+
+def plan_lines(change: TaskSetChange) -> list[str]:
+    """The plan in rich markup: ``+ name`` added, ``~ name`` changed with a line per field
+    and the next fire time, ``- name`` retired, then a summary."""
+    lines = []
+    for name in change.added:
+        was = " (was retired)" if name in change.revived else ""
+        lines.append(f"[green]+ {escape(name)}[/]{was}")
+        lines.append(f"    next fire: {_when(change.next_fire[name][1])}")
+    for name, fields in change.changed.items():
+        lines.append(f"[yellow]~ {escape(name)}[/]")
+        lines += [f"    {escape(c.field)}: {_values(c)}" for c in fields]
+        if not fields:
+            lines.append("    (the stored spec was written by another ecron: no field differs)")
+        before, after = change.next_fire[name]
+        moved = f"{_when(before)} → {_when(after)}" if before != after else f"{_when(after)} (kept)"
+        lines.append(f"    next fire: {moved}")
+    lines += [f"[red]- {escape(name)}[/]" for name in change.retired]
+    lines.append(change.summary() if change else "No change: " + change.summary())
+    return lines
+
+
+def _values(change: FieldChange) -> str:
+    return f"{escape(_shown(change.old))} → {escape(_shown(change.new))}"
+
+
+def _shown(value: Any) -> str:
+    """A JSON value in one line, cut at ``SHOWN`` characters; ``none`` when absent."""
+    if value is None:
+        return "none"
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= SHOWN else text[: SHOWN - 1] + "…"
+
+
+def _when(at: datetime | None) -> str:
+    return rfc3339(at) or "none"
