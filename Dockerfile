@@ -1,7 +1,12 @@
 # ecron: the scheduler daemon in a container.
 #
 #   docker build -t ecron .
-#   docker run -p 8080:8080 -v "$PWD/config:/etc/ecron:ro" -v ecron-data:/var/lib/ecron ecron
+#   docker run -p 8080:8080 -e ECRON_API_TOKEN="$(openssl rand -hex 24)" \
+#     -v "$PWD/config:/etc/ecron:ro" -v ecron-data:/var/lib/ecron ecron
+#
+# The API listens on 0.0.0.0 here, so a token is required: without api_token (or
+# api_tokens, ECRON_API_TOKENS, ECRON_API_TOKENS_FILE) the daemon refuses to start, unless
+# ECRON_ALLOW_UNAUTHENTICATED=true says that anyone who reaches the port may act.
 #
 # /etc/ecron holds ecron.yaml and tasks/*.yaml (it may be mounted read-only).
 # /var/lib/ecron is for the SQLite database: point `database:` in ecron.yaml at

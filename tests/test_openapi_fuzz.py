@@ -23,7 +23,7 @@ from ecron.api import openapi
 from ecron.signing import callback_token
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended
-from tests.support.openapi import AUTH, TOKEN, Recorder, served_document
+from tests.support.openapi import TOKEN, Recorder, served_document
 from tests.support.service import UserService, wait_for
 
 #: Generated requests per operation and generation mode: enough to reach odd corners,
@@ -47,12 +47,24 @@ def database_url(tmp_path: Path) -> str:
     return f"sqlite+aiosqlite:///{tmp_path / 'ecron.db'}"
 
 
+#: The callers of the runs with a role below admin, and their tokens.
+VIEWER, OPERATOR = "v1ewer-t0k", "0perat0r-t0k"
+CALLERS = [
+    {"name": "grafana", "token": VIEWER, "role": "viewer"},
+    {"name": "ci", "token": OPERATOR, "role": "operator"},
+]
+#: How each run calls the API: its token (None: the daemon asks for none).
+AS = {"admin": TOKEN, "none": None, "viewer": VIEWER, "operator": OPERATOR}
+
+
 @dataclass(frozen=True)
 class Live:
     """The daemon under test: where it is, what it holds, and its callback secret."""
 
     base: str
     secret: str
+    #: The API token the run sends; None when the daemon asks for none.
+    token: str | None
     names: tuple[str, ...]
     #: Executions for every operation on one; ``reported`` ones only for callbacks (the
     #: others are cancelled on the way).
@@ -99,14 +111,19 @@ def names_the_field(ctx: Any, response: Any, case: Case) -> bool | None:
 
 
 def headers_for(case: Case, live: Live) -> dict[str, str]:
-    """The API token, or for a callback the callback token of the id in its path."""
+    """The API token (if any), or for a callback the callback token of the id in its path;
+    a POST without a body of its own says it is JSON, as clients send them (a daemon
+    without a token refuses any other)."""
     if case.path.endswith("/report"):
         remote = str((case.path_parameters or {})["eid"])
         return {"Authorization": f"Bearer {callback_token(live.secret, remote)}"}
-    return AUTH
+    headers = {} if live.token is None else {"Authorization": f"Bearer {live.token}"}
+    if case.method == "POST" and "requestBody" not in case.operation.definition.raw:
+        headers["Content-Type"] = "application/json"
+    return headers
 
 
-def fuzz(live: Live) -> tuple[dict[str, set[int]], list[str]]:
+def fuzz(live: Live, examples: int) -> tuple[dict[str, set[int]], list[str]]:
     """Run schemathesis over every operation in both modes: the statuses each operation
     answered, and what schemathesis found wrong."""
     schema = schemathesis.openapi.from_url(f"{live.base}/api/v1/openapi.json", timeout=10)
@@ -125,7 +142,7 @@ def fuzz(live: Live) -> tuple[dict[str, set[int]], list[str]]:
                 if operation.path in BEYOND_THE_SCHEMA and mode is GenerationMode.POSITIVE:
                     excluded = [positive_data_acceptance]
 
-                @FUZZ
+                @settings(FUZZ, max_examples=examples)
                 @given(case=strategy)
                 def check(case: Case) -> None:
                     answer = case.call_and_validate(
@@ -144,13 +161,16 @@ def fuzz(live: Live) -> tuple[dict[str, set[int]], list[str]]:
     return seen, found
 
 
+@pytest.mark.parametrize("caller", ["admin", "none", "viewer", "operator"])
 async def test_schemathesis_finds_no_server_error_and_no_answer_outside_the_document(
-    make_daemon: DaemonFactory, user_service: UserService
+    make_daemon: DaemonFactory, user_service: UserService, caller: str
 ) -> None:
     """Every operation, fed valid and invalid requests (some on real tasks and executions),
     answers without a 5xx, with a documented status, content type and body, and refuses
     requests without the token; real runs, pauses, cancels, resumes and callbacks happen on
-    the way; the whole run takes seconds."""
+    the way; the whole run takes seconds. So it does as an admin, on a daemon that asks for
+    no token (its document declares none), and as a viewer and an operator (whose refused
+    calls answer the documented 403)."""
     user_service.durations = {"quick": 0.1, "push": 3600}
     one = {"url": f"{user_service.url}/jobs/quick"}
     specs = [
@@ -158,7 +178,8 @@ async def test_schemathesis_finds_no_server_error_and_no_answer_outside_the_docu
         task("etl", None, steps=[{"name": "a", **one}, {"name": "b", **one}]),
         task("push", f"{user_service.url}/jobs/push", mode="callback", concurrency="allow"),
     ]
-    async with make_daemon(specs, api_token=TOKEN) as daemon:
+    tokens = {} if caller == "none" else {"api_token": TOKEN, "api_tokens": CALLERS}
+    async with make_daemon(specs, **tokens) as daemon:
         api = Recorder(daemon, await served_document(daemon))
         eids = []
         for name in ("quick", "etl", "push", "push", "push", "push"):
@@ -173,18 +194,27 @@ async def test_schemathesis_finds_no_server_error_and_no_answer_outside_the_docu
         live = Live(
             f"http://127.0.0.1:{daemon.port}",
             daemon.callback_secret,
+            token=AS[caller],
             names=("quick", "etl", "push"),
             eids=tuple(eids[:4]),
             reported=(*eids[4:], f"{eids[1]}.2"),
         )
-        seen, found = await asyncio.to_thread(fuzz, live)
+        examples = EXAMPLES if caller in ("admin", "none") else EXAMPLES // 5
+        seen, found = await asyncio.to_thread(fuzz, live, examples)
     assert found == []
     reached = {label: statuses - {404} for label, statuses in seen.items()}
-    assert {202} <= reached["POST /api/v1/tasks/{name}/run"]
-    assert {200, 400} <= reached["POST /api/v1/tasks/{name}/pause"]
-    assert {200, 400} <= reached["GET /api/v1/executions"]
-    assert {200} <= reached["POST /api/v1/executions/{eid}/cancel"]
-    assert {202} <= reached["POST /api/v1/executions/{eid}/resume"]
-    assert {200, 400} <= reached["POST /api/v1/executions/{eid}/report"]
     described = {f"{op.method} {op.path}" for op in openapi.OPERATIONS}
     assert set(seen) == described - {f"GET {openapi.PATH}"}  # schemathesis skips its source
+    assert {200, 400} <= reached["POST /api/v1/executions/{eid}/report"]
+    if caller == "viewer":
+        assert reached["POST /api/v1/tasks/{name}/run"] == {403}
+        assert reached["GET /api/v1/audit"] == {403}
+        assert {200} <= reached["GET /api/v1/executions"]
+        return
+    assert {202} <= reached["POST /api/v1/tasks/{name}/run"]
+    assert {200, 400} <= reached["POST /api/v1/tasks/{name}/pause"]
+    assert {200} <= reached["POST /api/v1/executions/{eid}/cancel"]
+    assert {202} <= reached["POST /api/v1/executions/{eid}/resume"]
+    assert reached["GET /api/v1/audit"] == ({403} if caller == "operator" else {200, 400})
+    if caller in ("admin", "none"):
+        assert {200, 400} <= reached["GET /api/v1/executions"]

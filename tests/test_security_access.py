@@ -1,0 +1,135 @@
+"""Findings S1 and S2 of issue 22: an API without a token cannot be driven or read by a web
+page the operator opens (CSRF, DNS rebinding), and cannot be left open on a public address
+by accident (DESIGN.md, "Without a token")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from ecron.config import load_config
+from ecron.config.model import DaemonSettings
+from ecron.daemon import Daemon
+from ecron.errors import ConfigError
+from tests.conftest import DaemonFactory, task
+from tests.support.service import UserService
+
+
+async def send(daemon: Daemon, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+    """One request; the status and the JSON answer."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.request(method, f"http://127.0.0.1:{daemon.port}{path}", **kwargs) as answer,
+    ):
+        return answer.status, await answer.json(content_type=None)
+
+
+async def test_s1_a_web_page_cannot_drive_or_read_an_api_without_a_token(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """S1: with no token configured, a `text/plain` POST from another site's Origin to
+    /run, a form POST to /pause and a read with an attacker's Host are refused 403 (and
+    audited as `anonymous`); nothing runs and nothing is paused. The same requests as a
+    client sends them (JSON, no Origin or this daemon's own, its Host) work."""
+    specs = [task("quick", f"{user_service.url}/jobs/quick", concurrency="allow")]
+    async with make_daemon(specs) as daemon:
+        own = f"http://127.0.0.1:{daemon.port}"
+        evil = {"Origin": "http://evil.example", "Content-Type": "text/plain"}
+        refused = [
+            await send(daemon, "POST", "/api/v1/tasks/quick/run", data="{}", headers=evil),
+            await send(
+                daemon,
+                "POST",
+                "/api/v1/tasks/quick/pause",
+                data="reason=x",
+                headers={"Content-Type": "application/x-www-form-urlencoded"},
+            ),
+            await send(
+                daemon, "POST", "/api/v1/tasks/quick/run", json={}, headers={"Origin": "null"}
+            ),
+            await send(daemon, "GET", "/api/v1/tasks", headers={"Host": "attacker.example"}),
+            await send(daemon, "GET", "/", headers={"Host": "attacker.example:8080"}),
+        ]
+        executions = await daemon.store.list_executions(task="quick", limit=10)
+        task_row = await daemon.store.get_task("quick")
+        allowed = [
+            await send(daemon, "POST", "/api/v1/tasks/quick/run", json={}),
+            await send(daemon, "POST", "/api/v1/tasks/quick/run", json={}, headers={"Origin": own}),
+            await send(daemon, "GET", "/api/v1/tasks", headers={"Host": "localhost"}),
+        ]
+        _, audit = await send(daemon, "GET", "/api/v1/audit?limit=20")
+    assert [status for status, _ in refused] == [403] * 5
+    assert "another site" in refused[0][1]["detail"]
+    assert "application/json" in refused[1][1]["detail"]
+    assert "Host" in refused[3][1]["detail"]
+    assert executions.items == [] and task_row is not None and not task_row.paused
+    assert [status for status, _ in allowed] == [202, 202, 200]
+    denied = [(e["actor"], e["action"], e["status"]) for e in audit["items"] if e["status"] == 403]
+    assert denied[::-1] == [("anonymous", a, 403) for a in ("run", "pause", "run", "read", "read")]
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0:8080", "[::]:8080", "10.1.2.3:80", "ecron:8080"])
+def test_s2_no_token_on_an_address_other_machines_reach_is_refused(listen: str) -> None:
+    """S2: without a token the daemon refuses to listen anywhere but a loopback address,
+    naming `listen` and the two ways out; a token or `allow_unauthenticated: true` lets it."""
+    with pytest.raises(ValueError, match=r"listen: .* no API token is set.*allow_unauthenticated"):
+        DaemonSettings(listen=listen)
+    assert DaemonSettings(listen=listen, api_token="t0k").callers[0].name == "admin"
+    assert DaemonSettings(listen=listen, allow_unauthenticated=True).callers == []
+    for loopback in ("127.0.0.1:8080", "127.0.0.2:80", "[::1]:8080", "localhost:8080"):
+        assert DaemonSettings(listen=loopback).callers == []
+
+
+@pytest.mark.parametrize(
+    ("yaml", "environ", "variable"),
+    [
+        ("api_token: ${TOKEN}\n", {"TOKEN": ""}, None),
+        ("api_token: ''\n", {}, None),
+        ("", {"ECRON_API_TOKEN": ""}, "ECRON_API_TOKEN"),
+        ("api_tokens: [{name: ci, token: '${CI}', role: operator}]\n", {"CI": ""}, None),
+    ],
+)
+def test_s2_an_empty_token_is_an_error_never_no_token(
+    tmp_path: Path, yaml: str, environ: dict[str, str], variable: str | None
+) -> None:
+    """S2: a token that comes out empty (an unset secret, an empty variable) is a config
+    error naming where it came from and the field, never an API without a token."""
+    (tmp_path / "ecron.yaml").write_text(yaml)
+    (tmp_path / "tasks").mkdir()
+    with pytest.raises(ConfigError) as raised:
+        load_config(tmp_path, environ)
+    problem = str(raised.value)
+    assert "is empty" in problem and "token" in problem
+    assert (variable or "ecron.yaml") in problem
+
+
+def test_callers_come_from_ecron_yaml_the_environment_and_a_tokens_file(tmp_path: Path) -> None:
+    """`api_token` is the admin `admin`; `api_tokens`, `ECRON_API_TOKENS` (YAML or JSON) and
+    the file `api_tokens_file` names add callers; a name or a token used twice, a role that
+    does not exist and an unreadable file are errors that name the field, never the
+    token."""
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tokens.yaml").write_text("- {name: grafana, token: v1ew, role: viewer}\n")
+    (tmp_path / "ecron.yaml").write_text("api_token: adm1n\napi_tokens_file: tokens.yaml\n")
+    environ = {"ECRON_API_TOKENS": '[{"name": "ci", "token": "c1", "role": "operator"}]'}
+    callers = load_config(tmp_path, environ).daemon.callers
+    assert [(c.name, str(c.role)) for c in callers] == [
+        ("admin", "admin"),
+        ("ci", "operator"),
+        ("grafana", "viewer"),
+    ]
+    bad = {
+        '[{"name": "ci", "token": "adm1n", "role": "operator"}]': "same token",
+        '[{"name": "admin", "token": "x1", "role": "viewer"}]': "'admin' is used twice",
+        '[{"name": "ci", "token": "x1", "role": "boss"}]': "'boss' is not valid",
+    }
+    for given, why in bad.items():
+        with pytest.raises(ConfigError) as raised:
+            load_config(tmp_path, {"ECRON_API_TOKENS": given})
+        assert why in str(raised.value) and "adm1n" not in str(raised.value)
+    (tmp_path / "tokens.yaml").unlink()
+    with pytest.raises(ConfigError, match="api_tokens_file': cannot read"):
+        load_config(tmp_path, {})
