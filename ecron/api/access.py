@@ -190,7 +190,7 @@ def _refusal(
         hint = "send Authorization: Bearer <token>"
         return _refuse(401, "missing or wrong API token", hint, UNKNOWN)
     if needed is not None and not allows(caller.role, needed):
-        why = f"the caller {caller.name!r} is a {caller.role}; this needs a {needed}"
+        why = f"the caller {caller.name!r} has the role {caller.role}; this needs {needed} or above"
         return _refuse(403, "your role does not allow this", why, caller.name)
     return caller
 
