@@ -375,7 +375,13 @@ def mounted_config(directory: Path) -> tuple[Path, dict[str, str]]:
     volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
     (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == params["directory"]]
     mount_config_map(volumes[mount["name"]], directory)
-    return directory, {**image_environment(), **resolve_env(container)}
+    env = {**image_environment(), **resolve_env(container)}
+    for other in container["volumeMounts"]:  # the Secret's tokens file, under directory
+        if other is not mount:
+            where = directory / "mounts" / other["mountPath"].strip("/")
+            mount_config_map(volumes[other["name"]], where)
+            env = {k: v.replace(other["mountPath"], str(where)) for k, v in env.items()}
+    return directory, env
 
 
 def test_every_kubernetes_object_follows_the_kubernetes_api_schema() -> None:
@@ -424,6 +430,7 @@ def test_the_configmap_as_the_deployment_mounts_it_passes_ecron_validate(tmp_pat
     assert config.tasks
     assert config.daemon.database.startswith("postgresql+asyncpg://")
     assert config.daemon.api_token and config.daemon.secret
+    assert {caller.role for caller in config.daemon.callers} == {"admin", "operator", "viewer"}
 
 
 def test_the_database_url_names_the_postgres_service_with_its_credentials() -> None:

@@ -30,10 +30,11 @@ from ecron.core.audit import ANONYMOUS, UNKNOWN
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 #: Paths that ask for no token (the dashboard's page and files, health, metrics and the
-#: OpenAPI document hold no task data or are for probes), and the prefix of the dashboard's
-#: files.
+#: OpenAPI document hold no task data or are for probes; a browser asks for the icon on
+#: its own, which is not there: a 404, not a refusal in the audit log), and the prefix of
+#: the dashboard's files.
 DOCUMENT = "/api/v1/openapi.json"
-OPEN_PATHS = frozenset({"/", "/healthz", "/readyz", "/metrics", DOCUMENT})
+OPEN_PATHS = frozenset({"/", "/healthz", "/readyz", "/metrics", "/favicon.ico", DOCUMENT})
 OPEN_PREFIX = STATIC
 #: Paths only an admin may read.
 ADMIN_PATHS = frozenset({"/api/v1/audit"})

@@ -63,6 +63,11 @@ class ApiCaller(BaseModel):
         return check_token(value)
 
 
+def check_optional_token(value: str | None) -> str | None:
+    """``api_token``: None (no token), or a token that ``check_token`` accepts."""
+    return None if value is None else check_token(value)
+
+
 def check_token(value: str) -> str:
     """A token is some text: an empty one (an unset variable, a secret not mounted) is an
     error, never "no token"."""

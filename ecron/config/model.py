@@ -30,7 +30,7 @@ from ecron.config.callers import (
     ApiCaller,
     check_callers,
     check_listen,
-    check_token,
+    check_optional_token,
     parse_callers,
 )
 from ecron.config.rules import (
@@ -415,10 +415,8 @@ class DaemonSettings(_Strict):
     api_token: str | None = None
     #: Named callers with roles (``ECRON_API_TOKENS``: the same list as YAML or JSON).
     api_tokens: list[ApiCaller] = Field(default_factory=list)
-    #: A YAML file holding more ``api_tokens`` (a mounted secret); read at load.
-    api_tokens_file: str | None = None
-    #: True: listen on a non-loopback address with no token (anyone who reaches it may act).
-    allow_unauthenticated: bool = False
+    api_tokens_file: str | None = None  #: more ``api_tokens``, from a file (a mounted secret)
+    allow_unauthenticated: bool = False  #: True: no token, yet reachable from other machines
     secret: str | None = None
     node_id: str = "auto"
     lease_ttl: Duration = timedelta(seconds=15)
@@ -459,9 +457,7 @@ class DaemonSettings(_Strict):
             raise ValueError(f"{shown!r} is not a database URL (port {port} is not 1 to 65535)")
         return value
 
-    _api_token = field_validator("api_token")(
-        lambda value: None if value is None else check_token(value)
-    )
+    _api_token = field_validator("api_token")(check_optional_token)
     _api_tokens = field_validator("api_tokens", mode="before")(parse_callers)
 
     @model_validator(mode="after")

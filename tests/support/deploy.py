@@ -261,14 +261,20 @@ def object_value(obj: dict[str, Any], key: str) -> str:
 
 
 def mount_config_map(volume: dict[str, Any], destination: Path) -> None:
-    """Write under ``destination`` the files a ``configMap`` volume shows: its ``items`` at
-    their paths, or every key of the ConfigMap as a file of that name."""
-    config_map = kubernetes_object("ConfigMap", volume["configMap"]["name"])
-    items = volume["configMap"].get("items") or [{"key": k, "path": k} for k in config_map["data"]]
+    """Write under ``destination`` the files a ``configMap`` or ``secret`` volume shows: its
+    ``items`` at their paths, or every key of the object as a file of that name."""
+    kind, key, name = (
+        ("ConfigMap", "configMap", "name")
+        if "configMap" in volume
+        else ("Secret", "secret", "secretName")
+    )
+    source = kubernetes_object(kind, volume[key][name])
+    keys = source.get("data") or source.get("stringData") or {}
+    items = volume[key].get("items") or [{"key": k, "path": k} for k in keys]
     for item in items:
         target = destination / item["path"]
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(object_value(config_map, item["key"]), encoding="utf-8")
+        target.write_text(object_value(source, item["key"]), encoding="utf-8")
 
 
 def port_number(container: dict[str, Any], port: int | str) -> int:
