@@ -24,7 +24,7 @@ from ecron.core import Status
 from ecron.daemon import Daemon
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, reply, run_once
-from tests.support.browser import Page, WebDriver, chromium, require_browser
+from tests.support.browser import WebDriver, browser_session, dashboard
 from tests.support.service import JSON_BODY, UserService, wait_for
 
 #: Where the screenshot is copied when ECRON_SAVE_SCREENSHOT=1 (README links it).
@@ -41,15 +41,8 @@ def database_url(tmp_path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
-    """One headless Chromium for the tests of this file (each opens its own daemon's page,
-    with local storage emptied)."""
-    require_browser()
-    with chromium(tmp_path_factory.mktemp("chromium-profile")) as browser:
-        yield browser
-
-
-def dashboard(driver: WebDriver, daemon: Daemon) -> Page:
-    return Page(driver, f"http://127.0.0.1:{daemon.port}")
+    """One headless Chromium for the tests of this file."""
+    yield from browser_session(tmp_path_factory)
 
 
 async def post(daemon: Daemon, path: str, body: object = JSON_BODY) -> dict[str, object]:
