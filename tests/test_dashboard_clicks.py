@@ -24,7 +24,7 @@ from ecron.core import Status
 from ecron.daemon import Daemon
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, reply, run_once
-from tests.support.browser import Page, WebDriver, chromium, require_browser
+from tests.support.browser import WebDriver, browser_session, dashboard
 from tests.support.service import JSON_BODY, UserService, wait_for
 
 #: Where the screenshot is copied when ECRON_SAVE_SCREENSHOT=1 (README links it).
@@ -41,15 +41,8 @@ def database_url(tmp_path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
-    """One headless Chromium for the tests of this file (each opens its own daemon's page,
-    with local storage emptied)."""
-    require_browser()
-    with chromium(tmp_path_factory.mktemp("chromium-profile")) as browser:
-        yield browser
-
-
-def dashboard(driver: WebDriver, daemon: Daemon) -> Page:
-    return Page(driver, f"http://127.0.0.1:{daemon.port}")
+    """One headless Chromium for the tests of this file."""
+    yield from browser_session(tmp_path_factory)
 
 
 async def post(daemon: Daemon, path: str, body: object = JSON_BODY) -> dict[str, object]:
@@ -152,17 +145,19 @@ async def test_run_now_starts_an_execution_that_appears_in_the_running_list_and_
 async def test_pause_and_unpause_send_the_token_typed_into_the_page_and_a_401_says_so(
     make_daemon: DaemonFactory, user_service: UserService, driver: WebDriver
 ) -> None:
-    """With an API token configured, the page says clearly that it wants one; once the token
-    is typed and saved, pause and unpause work; a press without the token shows the 401 and
-    changes nothing."""
+    """With an API token configured, the page says clearly that it wants one and shows no
+    tasks or buttons; once the token is typed and saved, it says whom it acts as, and pause
+    and unpause work; once the token is forgotten, the 401 shows again and the buttons go."""
     spec = task("nightly", f"{user_service.url}/jobs/x", schedule="0 3 * * *")
     async with make_daemon([spec], api_token="s3cret-t0ken") as daemon:
         page = dashboard(driver, daemon)
         await page.open()
         problem = await page.wait_text("#problem", lambda text: "401" in text, "the 401")
         assert "wants an API token" in problem and "API token" in problem
+        assert await page.script("return document.getElementById('home').hidden") is True
         await page.type("#token", "s3cret-t0ken")
         await page.click('#token-form button[type="submit"]')
+        await page.wait_text("#caller", lambda text: text == "as admin (admin)", "the caller")
         await page.click('#tasks tr[data-key="nightly"] button[data-action="pause"]')
         await page.wait_text(
             '#tasks tr[data-key="nightly"] td:nth-child(4)',
@@ -174,11 +169,10 @@ async def test_pause_and_unpause_send_the_token_typed_into_the_page_and_a_401_sa
         assert paused is not None and paused.paused
 
         await page.click("#forget-token")
-        await page.click('#tasks tr[data-key="nightly"] button[data-action="unpause"]')
-        said = await page.wait_text("#notice", lambda text: "401" in text, "the unpause's 401")
-        assert said.startswith("unpause nightly: 401 Unauthorized")
-        still = await daemon.store.get_task("nightly")
-        assert still is not None and still.paused
+        problem = await page.wait_text("#problem", lambda text: "401" in text, "the 401 again")
+        assert problem.startswith("401 Unauthorized: this ecron wants an API token")
+        assert await page.text("#caller") == ""
+        assert not await page.script("return !!document.querySelector('#tasks').offsetParent")
 
         await page.type("#token", "s3cret-t0ken")
         await page.click('#token-form button[type="submit"]')

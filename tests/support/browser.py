@@ -19,6 +19,8 @@ from typing import Any, TypeVar
 
 import pytest
 
+from ecron.daemon import Daemon
+
 try:
     from selenium import webdriver
     from selenium.common.exceptions import (
@@ -91,6 +93,19 @@ def chromium(profile: Path) -> Iterator[WebDriver]:
         yield driver
     finally:
         driver.quit()
+
+
+def browser_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
+    """A headless Chromium for the tests of one file (a module-scoped ``driver`` fixture
+    yields from it; each test opens its own daemon's page, with local storage emptied)."""
+    require_browser()
+    with chromium(tmp_path_factory.mktemp("chromium-profile")) as browser:
+        yield browser
+
+
+def dashboard(driver: WebDriver, daemon: Daemon) -> Page:
+    """The dashboard of ``daemon`` in ``driver``."""
+    return Page(driver, f"http://127.0.0.1:{daemon.port}")
 
 
 class Page:

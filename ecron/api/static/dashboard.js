@@ -2,20 +2,53 @@
 // API (/api/v1, docs/api.md), every 2 seconds (every second on an execution's page), with
 // the API token kept in this browser's local storage when one is saved.
 //
-// Routes live in the fragment: #/?task=&status=&limit= (tasks, running, history: home.js)
-// and #/executions/<eid> (one execution: execution.js). view.js makes every element, from
-// text only.
+// It first asks who the token names (GET /caller) and shows only the controls that
+// caller's role allows (view.js, `may`); without a valid token it asks nothing more until
+// one is saved. Routes live in the fragment: #/?task=&status=&limit= (tasks, running,
+// history: home.js), #/executions/<eid> (one execution: execution.js) and
+// #/audit?actor=&task= (the audit log, admins only: audit.js). view.js makes every
+// element, from text only.
 
+import {auditHash, auditPages, refreshAudit} from "./audit.js";
 import {refreshExecution} from "./execution.js";
-import {filtersHash, homeFilters, refreshHome, turnPage} from "./home.js";
-import {TOKEN_KEY, call, quote, savedToken, setText} from "./view.js";
+import {filtersHash, historyPages, homeFilters, refreshHome} from "./home.js";
+import {TOKEN_KEY, askCaller, call, caller, may, quote, savedToken, setText} from "./view.js";
 
-const REFRESH_MS = {home: 2000, execution: 1000};
+const REFRESH_MS = {home: 2000, execution: 1000, audit: 2000};
+const VIEWS = {home: refreshHome, execution: here => refreshExecution(here.eid),
+  audit: refreshAudit};
 const loop = {busy: false, again: false, timer: 0};
 
+// The view the fragment names; the audit log only for a caller that may read it.
 function route() {
   const match = location.hash.match(/^#\/executions\/([^/?]+)/);
-  return match ? {view: "execution", eid: decodeURIComponent(match[1])} : {view: "home"};
+  if (match) return {view: "execution", eid: decodeURIComponent(match[1])};
+  if (/^#\/audit(\?|$)/.test(location.hash) && may("audit")) return {view: "audit"};
+  return {view: "home"};
+}
+
+// Who the page acts as, next to the token: "as ci (operator)"; nothing when the daemon
+// asks for no token, or while the caller is unknown.
+function showCaller() {
+  setText("caller", caller.known && caller.tokenRequired
+    ? `as ${caller.name} (${caller.role})` : "");
+  document.getElementById("views").hidden = !may("audit");
+}
+
+// Asks the caller when it is not known; false when the token is refused (401): then the
+// page shows the token prompt, no controls, and asks nothing more until a token is saved.
+async function knowCaller() {
+  if (caller.known) return true;
+  try {
+    await askCaller();
+  } catch (error) {
+    if (error.status !== 401) throw error;
+    setText("problem", error.message);
+    return false;
+  } finally {
+    showCaller();
+  }
+  return true;
 }
 
 // One refresh at a time; one asked for meanwhile runs right after it.
@@ -23,21 +56,28 @@ async function refresh() {
   if (loop.busy) { loop.again = true; return; }
   loop.busy = true;
   clearTimeout(loop.timer);
-  const here = route();
-  document.getElementById("home").hidden = here.view !== "home";
-  document.getElementById("execution").hidden = here.view !== "execution";
+  let here = route();
+  let known = true;
   try {
-    await (here.view === "home" ? refreshHome() : refreshExecution(here.eid));
-    setText("problem", "");
+    known = await knowCaller();
+    here = route();
+    for (const view of Object.keys(VIEWS)) {  // none while the token is refused
+      document.getElementById(view).hidden = !known || here.view !== view;
+    }
+    if (known) {
+      await VIEWS[here.view](here);
+      setText("problem", "");
+    }
   } catch (error) {
     setText("problem", String(error.message || error));
+    if (error.status === 401 || error.status === 403) caller.known = false;  // ask again
   } finally {
     loop.busy = false;
   }
   if (loop.again) {
     loop.again = false;
     refresh();
-  } else {
+  } else if (known) {
     loop.timer = setTimeout(refresh, REFRESH_MS[here.view]);
   }
 }
@@ -83,6 +123,7 @@ async function act(target) {
     if (said) tell(said, false);
   } catch (error) {
     tell(`${verb} ${target.dataset.target}: ${error.message || error}`, true);
+    if (error.status === 401 || error.status === 403) caller.known = false;  // ask again
   } finally {
     target.disabled = false;
   }
@@ -101,6 +142,7 @@ function saveToken(event) {
   field.value = "";
   showTokenState();
   tell(savedToken() ? "API token saved" : "no API token is saved", false);
+  caller.known = false;
   refresh();
 }
 
@@ -108,12 +150,20 @@ function forgetToken() {
   try { localStorage.removeItem(TOKEN_KEY); } catch { /* nothing kept */ }
   showTokenState();
   tell("API token forgotten", false);
+  caller.known = false;
   refresh();
 }
 
-function showHistory(filters) {
-  const hash = filtersHash(filters);
+function show(hash) {
   if (location.hash === hash) refresh(); else location.hash = hash;
+}
+
+function wireAudit() {
+  const form = document.getElementById("audit-filters");
+  const chosen = () => ({actor: form.actor.value, task: form.task.value});
+  form.addEventListener("submit", event => { event.preventDefault(); show(auditHash(chosen())); });
+  form.addEventListener("change", () => show(auditHash(chosen())));
+  document.getElementById("audit-clear").addEventListener("click", () => show(auditHash({})));
 }
 
 function wire() {
@@ -126,14 +176,20 @@ function wire() {
   const form = document.getElementById("filters");
   const chosen = () => ({task: form.task.value, status: form.status.value,
     limit: form.limit.value});
-  form.addEventListener("submit", event => { event.preventDefault(); showHistory(chosen()); });
-  form.addEventListener("change", () => showHistory(chosen()));
+  form.addEventListener("submit", event => {
+    event.preventDefault();
+    show(filtersHash(chosen()));
+  });
+  form.addEventListener("change", () => show(filtersHash(chosen())));
   document.getElementById("filter-clear").addEventListener("click", () =>
-    showHistory({limit: homeFilters().limit}));
-  for (const where of ["older", "newer", "newest"]) {
-    document.getElementById("page-" + where).addEventListener("click", () => {
-      if (turnPage(where)) refresh();
-    });
+    show(filtersHash({limit: homeFilters().limit})));
+  wireAudit();
+  for (const pager of [historyPages, auditPages]) {
+    for (const where of ["older", "newer", "newest"]) {
+      document.getElementById(`${pager.prefix}-${where}`).addEventListener("click", () => {
+        if (pager.turn(where)) refresh();
+      });
+    }
   }
   window.addEventListener("hashchange", refresh);
 }

@@ -2,12 +2,12 @@
 // The filters live in the fragment, #/?task=&status=&limit=, the API's own query.
 
 import {
-  RESUMABLE, STATUSES, barColumn, button, counted, etaText, executionLink, get, h,
+  Pager, RESUMABLE, STATUSES, barColumn, button, counted, etaText, executionLink, get, h,
   put, quote, statusNode, stepsInline, syncRows, textOf, timeNode,
 } from "./view.js";
 
-// Where the history stands: the `before` cursors of the pages above this one.
-const paging = {cursors: [], next: null, key: ""};
+// Where the history stands (its buttons: #page-older, #page-newer, #page-newest).
+export const historyPages = new Pager("page");
 
 const TASK_COLUMNS = [
   t => [t.name, () => h("a", {href: "#/?task=" + quote(t.name)}, h("code", {}, t.name))],
@@ -81,8 +81,7 @@ function historyPath(filters) {
   const query = new URLSearchParams({limit: filters.limit});
   if (filters.task) query.set("task", filters.task);
   if (filters.status) query.set("status", filters.status);
-  const before = paging.cursors[paging.cursors.length - 1];
-  if (before) query.set("before", before);
+  if (historyPages.before) query.set("before", historyPages.before);
   return "/executions?" + query;
 }
 
@@ -104,8 +103,7 @@ function fillFilters(tasks, filters) {
 export async function refreshHome() {
   document.title = "ecron";
   const filters = homeFilters();
-  const key = JSON.stringify(filters);
-  if (key !== paging.key) { paging.key = key; paging.cursors = []; }
+  historyPages.filter(JSON.stringify(filters));
   const [tasks, pools, running, pending, history] = await Promise.all([
     get("/tasks"),
     get("/pools"),
@@ -124,11 +122,7 @@ export async function refreshHome() {
   const what = [filters.task && `task ${filters.task}`, filters.status].filter(Boolean);
   syncRows(document.getElementById("history"), history.items, e => e.id, HISTORY_COLUMNS,
     what.length ? `no executions of ${what.join(", ")} here` : "no executions here");
-  paging.next = history.next;
-  document.getElementById("page-older").disabled = !history.next;
-  document.getElementById("page-newer").disabled = !paging.cursors.length;
-  document.getElementById("page-newest").disabled = !paging.cursors.length;
-  document.getElementById("page-number").textContent = `page ${paging.cursors.length + 1}`;
+  historyPages.show(history.next);
   document.getElementById("summary").textContent = `${counted(tasks.items.length, "task")}, ` +
     `${counted(active.length, "execution")} active; updated ${new Date().toLocaleTimeString()}`;
 }
@@ -140,17 +134,4 @@ export function filtersHash(filters) {
   if (filters.status) query.set("status", filters.status);
   if (filters.limit && filters.limit !== DEFAULT_PAGE_SIZE) query.set("limit", filters.limit);
   return "#/" + (query.toString() ? "?" + query : "");
-}
-
-// Moves the history a page older, newer, or back to the newest; false if it cannot.
-export function turnPage(where) {
-  if (where === "older") {
-    if (!paging.next) return false;
-    paging.cursors = [...paging.cursors, paging.next];
-  } else if (where === "newer") {
-    paging.cursors = paging.cursors.slice(0, -1);
-  } else {
-    paging.cursors = [];
-  }
-  return true;
 }

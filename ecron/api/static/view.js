@@ -56,6 +56,34 @@ export async function call(method, path) {
 export const get = path => call("GET", path).then(answer => answer.body);
 export const quote = encodeURIComponent;
 
+// ---- who is asking, and what that role may do ----
+
+// The roles, each allowed what the ones before it are (the server's rule, RANK in
+// ecron/config/callers.py, applied by needed_role in ecron/api/access.py).
+const ROLES = ["viewer", "operator", "admin"];
+// What a control needs: reading the audit log needs an admin; every other action changes
+// something (a POST), which needs an operator.
+const NEEDS = {audit: "admin"};
+
+// The caller GET /caller names: unknown (`role` null) until asked, or after a 401.
+export const caller = {known: false, name: "", role: null, tokenRequired: false};
+
+// Whether the caller (of `role`) may do `action` ("run", "pause", "cancel", "audit", ...).
+// The one place the dashboard decides which controls to show; the API decides anew.
+export function may(action, role = caller.role) {
+  const rank = ROLES.indexOf(role);
+  return rank >= 0 && rank >= ROLES.indexOf(NEEDS[action] || "operator");
+}
+
+// Asks who the saved token names; a 401 (no token, or a wrong one) leaves the caller
+// unknown, and is thrown on.
+export async function askCaller() {
+  Object.assign(caller, {known: false, name: "", role: null, tokenRequired: true});
+  const who = await get("/caller");
+  Object.assign(caller, {known: true, name: who.name, role: who.role,
+    tokenRequired: who.token_required});
+}
+
 // ---- building the page, as text ----
 
 export function h(tag, props, ...children) {
@@ -73,8 +101,9 @@ export function h(tag, props, ...children) {
 
 // Fills `node` with what `build` makes, unless it already shows the same `signature`:
 // what did not change is left alone (focus and a button about to be clicked survive).
+// What is shown depends on the caller's role too (its buttons): a new role redraws.
 export function put(node, signature, build) {
-  const sig = JSON.stringify(signature);
+  const sig = JSON.stringify([caller.role, signature]);
   if (node.dataset.sig === sig) return;
   node.dataset.sig = sig;
   node.replaceChildren(...[build()].flat(Infinity).filter(child => child != null));
@@ -138,9 +167,49 @@ export function etaText(item) {
   return `about ${(left / 3600).toFixed(1)} h left`;
 }
 
+// A button for `action` on `target`; none when the caller's role may not do it.
 export function button(label, action, target, name) {
+  if (!may(action)) return null;
   return h("button", {type: "button", "data-action": action, "data-target": target,
     "aria-label": `${label} ${name || target}`}, label);
+}
+
+// ---- lists read a page at a time ----
+
+// Where a paged list stands: the `before` cursors of the pages above the one shown and the
+// answer's `next`. Its controls are the buttons `<prefix>-older`, `-newer`, `-newest` and
+// the text `<prefix>-number`.
+export class Pager {
+  constructor(prefix) { Object.assign(this, {prefix, cursors: [], next: null, key: ""}); }
+
+  // Back to the first page when the filters (`key`) changed.
+  filter(key) {
+    if (key !== this.key) { this.key = key; this.cursors = []; }
+  }
+
+  get before() { return this.cursors[this.cursors.length - 1] || null; }
+
+  show(next) {
+    this.next = next;
+    const control = what => document.getElementById(`${this.prefix}-${what}`);
+    control("older").disabled = !next;
+    control("newer").disabled = !this.cursors.length;
+    control("newest").disabled = !this.cursors.length;
+    control("number").textContent = `page ${this.cursors.length + 1}`;
+  }
+
+  // Moves a page older, newer, or back to the newest; false if it cannot.
+  turn(where) {
+    if (where === "older") {
+      if (!this.next) return false;
+      this.cursors = [...this.cursors, this.next];
+    } else if (where === "newer") {
+      this.cursors = this.cursors.slice(0, -1);
+    } else {
+      this.cursors = [];
+    }
+    return true;
+  }
 }
 
 // ---- tables whose rows are kept from one refresh to the next ----
