@@ -212,8 +212,9 @@ class HttpCaller:
         if method == "POST":
             headers["Content-Type"] = "application/json"
         if call.secret:
+            stamp = int(self.clock.now().timestamp())
             headers["X-Ecron-Signature"] = signature(
-                call.secret, method, url.raw_path_qs, body, int(self.clock.now().timestamp())
+                call.secret, method, url.raw_path_qs, body, stamp, ctx.remote_id
             )
         return headers
 
@@ -300,7 +301,8 @@ def scrubbed(detail: str, headers: Mapping[str, str]) -> str:
     detail = scrub(detail)
     for name in ("X-Ecron-Callback-Token", "X-Ecron-Signature"):
         value = headers.get(name, "")
-        for part in (value, value.partition("v1=")[2]):
+        parts = [value, *(field.partition("=")[2] for field in value.split(","))]
+        for part in parts:  # the whole value, and each digest alone
             if len(part) >= 16 and part in detail:
                 detail = detail.replace(part, REDACTED)
     return detail
