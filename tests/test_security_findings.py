@@ -4,13 +4,18 @@ a real redis-server."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
+from ecron.core import Execution, Status
+from ecron.core.machine import RETRY_AFTER
+from ecron.executor.http import classify
 from ecron.signing import signature, verify
 from tests.conftest import DaemonFactory, task
-from tests.protocol_support import run_once
+from tests.protocol_support import ended, run_once
 from tests.support.service import UserService, wait_for
 
 SECRET = "s3cret"
@@ -56,3 +61,66 @@ def test_v2_is_the_hmac_of_time_method_target_execution_id_and_body() -> None:
     assert header.endswith(f",v2={v2}") and ",v1=" in header
     batch = signature("k", "GET", "/b?ids=a,b", b"", 1700000000)
     assert verify("k", batch, "GET", "/b?ids=a,b", b"", now=1700000000, execution_id="")
+
+
+# S9: a malformed or huge Retry-After.
+
+
+@pytest.mark.parametrize("value", ["²", "٣", "1e9", "-5", "12 34", "Fri, 99 Dec 9999"])
+async def test_a_malformed_retry_after_is_ignored_and_the_trigger_is_retried(
+    make_daemon: DaemonFactory, user_service: UserService, value: str
+) -> None:
+    """A 429 whose Retry-After is neither ASCII digits nor an HTTP date (a superscript two,
+    an Arabic three, an exponent, a sign, a broken date) neither raises nor holds the
+    service back: it is a plain 429, retried under trigger_retry, and the execution runs to
+    its end."""
+
+    async def refuse(request: web.Request) -> web.StreamResponse:
+        return web.json_response({}, status=429, headers={"Retry-After": value})
+
+    user_service.script["POST"] = [refuse]
+    user_service.duration = 0.05
+    retry = {"attempts": 3, "backoff": "10ms", "max_backoff": "10ms"}
+    spec = task("job", f"{user_service.url}/jobs/x", trigger_retry=retry)
+    async with make_daemon([spec]) as daemon:
+        eid = await run_once(daemon, "job")
+        done = await ended(daemon, eid)
+    assert done.status is Status.SUCCESS
+    assert user_service.methods_for(eid)[:2] == ["POST", "POST"]
+
+
+def test_a_retry_after_is_capped_at_one_hour() -> None:
+    """Seconds or an HTTP date further than MAX_RETRY_AFTER (an hour) away wait an hour."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    for far in ("99999999", "9" * 400):
+        answer = classify(429, b"", False, {"Retry-After": far}, lambda: now)
+        assert answer.retry_after == 3600.0
+    date = {"Retry-After": "Fri, 31 Dec 9999 23:59:59 GMT"}
+    assert classify(503, b"", False, date, lambda: now).retry_after == 3600.0
+    assert classify(503, b"", False, {"Retry-After": "120"}, lambda: now).retry_after == 120.0
+
+
+async def test_a_retry_after_of_400_digits_holds_the_service_back_for_an_hour_at_most(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """Retry-After: 400 nines is digits, so back-pressure, capped at an hour: the trigger
+    does not raise and is not sent again; the execution waits, to be triggered again
+    within the hour."""
+
+    async def refuse(request: web.Request) -> web.StreamResponse:
+        return web.json_response({}, status=429, headers={"Retry-After": "9" * 400})
+
+    user_service.behaviour = refuse
+    spec = task("job", f"{user_service.url}/jobs/x")
+    async with make_daemon([spec]) as daemon:
+        eid = await run_once(daemon, "job")
+
+        async def held() -> Execution | None:
+            execution = await daemon.store.get_execution(eid)
+            waiting = execution is not None and execution.waiting_for == RETRY_AFTER
+            return execution if waiting else None
+
+        execution = await wait_for(held, timeout=5)
+    assert execution.not_before is not None
+    assert execution.not_before <= datetime.now(UTC) + timedelta(hours=1)
+    assert user_service.methods_for(eid) == ["POST"]

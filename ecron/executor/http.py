@@ -7,6 +7,7 @@ misbehaving service can cost at most ``BODY_LIMIT`` bytes per call.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -32,6 +33,11 @@ from ecron.signing import callback_token, signature
 
 #: The most of a response body ecron reads; a larger one is a protocol error.
 BODY_LIMIT = 1024 * 1024
+#: The longest a ``Retry-After`` holds a service's triggers back (seconds); a longer one
+#: (a service's bug, or a hostile answer) waits this long, then the trigger is tried again.
+MAX_RETRY_AFTER = 3600.0
+#: ``Retry-After`` in seconds: ASCII digits only (``str.isdigit`` takes ``²`` too).
+_SECONDS = re.compile(r"[0-9]+")
 #: Prepared polls kept at most (URL and headers per execution and deadline).
 POLL_CACHE = 50_000
 #: The clock of ``classify`` when none is given.
@@ -407,16 +413,19 @@ def _why(exc: BaseException) -> str:
 
 
 def _retry_after(headers: Mapping[str, str] | None, now: Callable[[], datetime]) -> float | None:
+    """Seconds a ``Retry-After`` asks for (RFC 9110: ASCII digits, or an HTTP date), at most
+    ``MAX_RETRY_AFTER``; None when there is none or it is malformed (the answer is then a
+    plain 429 or 503, retried with backoff)."""
     value = None if headers is None else headers.get("Retry-After")
     if not value:
         return None
     text = str(value).strip()
-    if text.isdigit():
-        return float(text)
+    if _SECONDS.fullmatch(text):  # 400 digits is no reason to build a 400-digit number
+        return MAX_RETRY_AFTER if len(text) > 9 else min(float(text), MAX_RETRY_AFTER)
     try:
         when = parsedate_to_datetime(text)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     if when.tzinfo is None:  # "-0000": UTC, with no zone said
         when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - now()).total_seconds())
+    return min(MAX_RETRY_AFTER, max(0.0, (when - now()).total_seconds()))
