@@ -12,10 +12,13 @@ from aiohttp import web
 
 from ecron.core import Execution, Status
 from ecron.core.machine import RETRY_AFTER
+from ecron.daemon import Daemon
 from ecron.executor.http import classify
 from ecron.signing import signature, verify
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, run_once
+from tests.support.faulty import answering as receiving
+from tests.support.faulty import endless_body
 from tests.support.service import UserService, wait_for
 
 SECRET = "s3cret"
@@ -124,3 +127,51 @@ async def test_a_retry_after_of_400_digits_holds_the_service_back_for_an_hour_at
     assert execution.not_before is not None
     assert execution.not_before <= datetime.now(UTC) + timedelta(hours=1)
     assert user_service.methods_for(eid) == ["POST"]
+
+
+# S5: alert webhooks follow no redirect and read a bounded answer.
+
+
+async def test_a_webhook_that_redirects_is_a_failed_delivery_and_the_target_gets_nothing(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """A webhook answering 307 to another URL is not followed: the other URL receives
+    neither the alert nor its headers and signature, and the delivery counts as failed."""
+    stolen: list[dict[str, str]] = []
+
+    async def redirect(_request: web.Request) -> web.StreamResponse:
+        return web.Response(status=307, headers={"Location": "/stolen"})
+
+    async def steal(request: web.Request) -> web.StreamResponse:
+        stolen.append(dict(request.headers))
+        return web.Response(status=204)
+
+    async with receiving({"alerts": redirect, "stolen": steal}) as base:
+        hook = {"url": f"{base}/alerts", "secret": "hook-secret", "headers": {"X-Key": "k"}}
+        hooks = {"webhooks": [hook], "retry": {"attempts": 1}}
+        async with make_daemon([task("a", f"{user_service.url}/jobs/x")], notify=hooks) as daemon:
+            daemon.notifier.event("execution_failed", "a", daemon.clock.now(), reason="test")
+            await wait_for(lambda: alerts_counted(daemon, "failed") or stolen, timeout=10)
+    assert stolen == []
+    assert alerts_counted(daemon, "failed") == 1
+
+
+async def test_a_webhook_answer_is_read_up_to_a_cap_not_to_its_end(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """A receiver that answers 200 with a body that never ends costs a bounded read: the
+    delivery ends (sent, the receiver said 2xx) long before the webhook's timeout."""
+    async with receiving({"alerts": endless_body()}) as base:
+        hooks = {
+            "webhooks": [{"url": f"{base}/alerts", "timeout": "60s"}],
+            "retry": {"attempts": 1},
+        }
+        async with make_daemon([task("a", f"{user_service.url}/jobs/x")], notify=hooks) as daemon:
+            daemon.notifier.event("execution_failed", "a", daemon.clock.now(), reason="test")
+            await wait_for(lambda: alerts_counted(daemon, "sent"), timeout=10)
+
+
+def alerts_counted(daemon: Daemon, outcome: str) -> float:
+    """Alerts of the daemon counted with ``outcome``."""
+    labels = {"event": "execution_failed", "outcome": outcome}
+    return daemon.metrics.registry.get_sample_value("ecron_alerts_total", labels) or 0.0

@@ -288,7 +288,7 @@ class HttpCaller:
                 allow_redirects=False,
                 middlewares=_EVERY_TRY_COUNTED,
             ) as response:
-                content, too_big = await _read_capped(response, self.body_limit)
+                content, too_big = await read_capped(response, self.body_limit)
                 return read(response.status, content, too_big, response.headers, self.clock.now)
         except aiohttp.ConnectionTimeoutError as exc:
             return CallOutcome(OutcomeKind.UNSENT, detail=f"connect timed out: {exc}")
@@ -337,7 +337,7 @@ async def _every_try_counted(
 _EVERY_TRY_COUNTED = (_every_try_counted,)
 
 
-async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
+async def read_capped(response: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
     """The body, or ``(first bytes, True)`` when it is longer than ``limit``."""
     if response.content_length is not None:
         if response.content_length > limit:
