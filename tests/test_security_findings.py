@@ -6,10 +6,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from textwrap import dedent
 
 import pytest
 from aiohttp import web
+from click.testing import CliRunner
 
+import ecron.cli.validate  # noqa: F401  (registers the command)
+from ecron.cli import cli
 from ecron.core import Execution, Status
 from ecron.core.machine import RETRY_AFTER
 from ecron.daemon import Daemon
@@ -175,3 +179,37 @@ def alerts_counted(daemon: Daemon, outcome: str) -> float:
     """Alerts of the daemon counted with ``outcome``."""
     labels = {"event": "execution_failed", "outcome": outcome}
     return daemon.metrics.registry.get_sample_value("ecron_alerts_total", labels) or 0.0
+
+
+# S8: header names and values that would split a request.
+
+
+def validate(directory: Path, environ: dict[str, str] | None = None) -> tuple[int, str]:
+    """``ecron validate -c DIR``: its exit code and everything it printed."""
+    result = CliRunner().invoke(cli, ["validate", "-c", str(directory)], env=environ or {})
+    return result.exit_code, result.stdout + result.stderr
+
+
+def test_validate_refuses_header_names_and_values_with_cr_lf_or_nul(tmp_path: Path) -> None:
+    """A header value holding CR, LF or NUL (written in YAML, or brought in by ${VAR}), or a
+    name that is not an HTTP token, in a task, a step or a webhook, is a config error naming
+    the file, the task and the field, and quoting no value (header values are secrets)."""
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "ecron.yaml").write_text(
+        "notify:\n  webhooks:\n    - {url: 'http://h/a', headers: {X-Hook: \"v\\nX-Evil: 1\"}}\n"
+    )
+    (tmp_path / "tasks" / "t.yaml").write_text(
+        dedent("""\
+        tasks:
+          - name: t
+            schedule: manual
+            headers: {X-Crlf: "secret-a\\r\\nX-Evil: 1", X-Env: "${SPLIT}", "Bad Name": ok}
+            steps: [{name: a, url: "http://s/a", headers: {X-Nul: "secret-b\\u0000"}}]
+        """)
+    )
+    code, printed = validate(tmp_path, {"SPLIT": "secret-c\rX-Evil: 1"})
+    assert code == 1, printed
+    assert "ecron.yaml: field 'notify.webhooks[1].headers.X-Hook'" in printed, printed
+    for field in ("headers.X-Crlf", "headers.X-Env", "headers.Bad Name", "steps[1].headers.X-Nul"):
+        assert f"tasks/t.yaml: task 't': field '{field}'" in printed, (field, printed)
+    assert "secret-" not in printed and "X-Evil" not in printed

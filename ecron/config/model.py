@@ -27,6 +27,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from ecron.calendars import FireTimes
+from ecron.config.headers import Headers
 from ecron.config.rules import (
     Blackout,
     CalendarSpec,
@@ -136,7 +137,7 @@ class Webhook(_Strict):
     url: str
     events: list[AlertEvent] = Field(default_factory=lambda: list(ALERT_EVENTS))
     secret: str | None = None
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: Headers = Field(default_factory=dict)
     timeout: Duration = timedelta(seconds=10)
 
     _url = field_validator("url")(check_url)
@@ -157,7 +158,7 @@ class CallSettings(_Strict):
     """Everything one HTTP call under the protocol needs: a task's, or a step's merged with it."""
 
     url: str
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: Headers = Field(default_factory=dict)
     body: Any = None
     poll_url: str | None = None
     #: One GET ``?ids=a,b,c`` polls many executions (PROTOCOL.md, "Batch polls").
@@ -187,7 +188,7 @@ class StepSpec(_Strict):
 
     name: str
     url: str | None = None
-    headers: dict[str, str] | None = None
+    headers: Headers | None = None
     body: Any = None
     poll_url: str | None = None
     batch_poll_url: str | None = None
@@ -212,7 +213,7 @@ class TaskSpec(_Strict):
     timezone: str = "UTC"
     schedule: str | dict[str, Any]
     url: str | None = None
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: Headers = Field(default_factory=dict)
     body: Any = None
     poll_url: str | None = None
     batch_poll_url: str | None = None
