@@ -4,23 +4,27 @@ a real redis-server."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from textwrap import dedent
+from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 from click.testing import CliRunner
 
 import ecron.cli.validate  # noqa: F401  (registers the command)
 from ecron.cli import cli
+from ecron.config.model import TaskSpec
 from ecron.core import Execution, Status
 from ecron.core.machine import RETRY_AFTER
 from ecron.daemon import Daemon
 from ecron.executor.http import classify
-from ecron.signing import signature, verify
+from ecron.signing import callback_token, signature, verify
 from tests.conftest import DaemonFactory, task
-from tests.protocol_support import ended, run_once
+from tests.protocol_support import ended, reply, run_once
 from tests.support.faulty import answering as receiving
 from tests.support.faulty import endless_body
 from tests.support.service import UserService, wait_for
@@ -213,3 +217,57 @@ def test_validate_refuses_header_names_and_values_with_cr_lf_or_nul(tmp_path: Pa
     for field in ("headers.X-Crlf", "headers.X-Env", "headers.Bad Name", "steps[1].headers.X-Nul"):
         assert f"tasks/t.yaml: task 't': field '{field}'" in printed, (field, printed)
     assert "secret-" not in printed and "X-Evil" not in printed
+
+
+# S7: a step's callback is answered with that step alone.
+
+
+async def post_report(
+    daemon: Daemon, remote_id: str, body: dict[str, Any], token: str
+) -> tuple[int, Any]:
+    """POST a callback report about ``remote_id`` with ``token``, as a user service would."""
+    url = f"http://127.0.0.1:{daemon.port}/api/v1/executions/{remote_id}/report"
+    headers = {"Authorization": f"Bearer {token}"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url, json=body, headers=headers) as response,
+    ):
+        return response.status, await response.json()
+
+
+async def test_a_steps_callback_is_answered_with_that_steps_own_status_only(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """Step 1 ended SUCCESS with a message and a result of its own; step 2's service
+    reports RUNNING by callback: the answer (200), and the 409 once step 2 has ended, show
+    step 2's status, progress and message and nothing of step 1."""
+    user_service.durations = {"one": 0.0, "two": 3600}
+    user_service.script["POST"] = [
+        reply(200, {"status": "SUCCESS", "message": "one-private", "result": {"k": "one-only"}})
+    ]
+    spec = TaskSpec.model_validate(
+        {
+            "name": "two-steps",
+            "schedule": "manual",
+            "poll_interval": "1h",
+            "steps": [
+                {"name": "first", "url": f"{user_service.url}/jobs/one"},
+                {"name": "second", "url": f"{user_service.url}/jobs/two"},
+            ],
+        }
+    )
+    async with make_daemon([spec], public_url="http://ecron.test") as daemon:
+        eid = await run_once(daemon, "two-steps")
+        second = f"{eid}.2"
+        await wait_for(lambda: user_service.calls_for(second, "POST"), timeout=5)
+        token = callback_token(daemon.callback_secret, second)
+        report = {"status": "RUNNING", "progress": 40, "message": "two at 40"}
+        status, answer = await post_report(daemon, second, report, token)
+        done, _ = await post_report(daemon, second, {"status": "SUCCESS"}, token)
+        late, conflict = await post_report(daemon, second, {"status": "FAILED"}, token)
+    assert (status, done, late) == (200, 200, 409)
+    for shown in (answer, conflict):
+        assert "one-private" not in json.dumps(shown) and "one-only" not in json.dumps(shown)
+    assert (answer["status"], answer["progress"], answer["message"]) == ("RUNNING", 40, "two at 40")
+    assert [step["remote_id"] for step in answer["steps"]] == [second]
+    assert [step["remote_id"] for step in conflict["detail"]["steps"]] == [second]

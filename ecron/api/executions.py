@@ -12,7 +12,7 @@ from ecron.clock import iso
 from ecron.core import Channel, Execution, Status
 from ecron.errors import Ambiguous, NotFound
 from ecron.pushed import Pushed, take_report
-from ecron.snapshots import execution_snapshots, step_snapshot
+from ecron.snapshots import execution_snapshots, step_snapshot, step_view
 from ecron.store.base import Store
 
 routes = web.RouteTableDef()
@@ -147,7 +147,8 @@ async def _report(request: web.Request) -> web.Response:
     """A callback (PROTOCOL.md): checked and applied by ``ecron.pushed.take_report`` (as a
     queue message is), answered, in the checks' order, 404 (no such execution), 401 (token
     missing or not this id's), 400 (not a report), 409 (already final; nothing changed), 200
-    (applied). Each answer carries the execution's snapshot where it has one."""
+    (applied). Each answer carries the execution's snapshot where it has one; a step's, the
+    step's own view of it (``step_view``: none of its siblings)."""
     ctx = context(request)
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     taken = await take_report(
@@ -165,7 +166,7 @@ async def _report(request: web.Request) -> web.Response:
         return error(400, taken.why, taken.detail)
     if taken.execution is None:
         return error(404, taken.why)
-    shown = await snapshot(request, taken.execution)
+    shown = step_view(await snapshot(request, taken.execution), request.match_info["eid"])
     if taken.outcome is Pushed.TOO_LATE:
         return error(409, taken.why, shown)
     return web.json_response(shown)
