@@ -32,6 +32,7 @@ from ecron.commands import Commands
 from ecron.config.model import QueueSettings
 from ecron.config.secrets import without_password
 from ecron.core import Channel
+from ecron.ids import shown_id
 from ecron.metrics import Metrics
 from ecron.pushed import Pushed, take_report
 from ecron.store.base import Store
@@ -307,7 +308,7 @@ class QueueConsumer:
             self._counted[FAILED].inc()
             log.error(
                 "queue_message_dropped",
-                execution_id=remote,
+                execution_id=shown_id(remote),
                 message_id=_text(message_id),
                 deliveries=delivered,
                 error=error,
@@ -315,7 +316,7 @@ class QueueConsumer:
             return True
         log.warning(
             "queue_message_failed",
-            execution_id=remote,
+            execution_id=shown_id(remote),
             message_id=_text(message_id),
             delivery=delivered,
             deliveries_left=MAX_DELIVERIES - delivered,

@@ -80,11 +80,12 @@ async def test_callback_url_and_token_come_with_every_call_when_public_url_is_se
     assert "X-Ecron-Callback-Url" not in user_service.calls_for(other)[0].headers
 
 
-async def test_callback_answers_come_in_the_order_404_401_400_409_200(
+async def test_callback_answers_come_in_the_order_401_404_400_409_200(
     make_daemon: DaemonFactory, user_service: UserService
 ) -> None:
-    """Unknown id: 404 even without a token. Known id: 401 without or with a wrong token
-    before the body is looked at; 400 for a body that is not a report; 200 and the snapshot
+    """The token first (checked without reading the database): 401 without or with a wrong
+    one, whether or not the id exists, before the body is looked at. With the id's own
+    token: 404 for an unknown id; 400 for a body that is not a report; 200 and the snapshot
     when applied; 409 and nothing changed once final."""
     user_service.duration = 3600
     spec = task("job", f"{user_service.url}/jobs/x", poll_interval="1h")
@@ -92,7 +93,9 @@ async def test_callback_answers_come_in_the_order_404_401_400_409_200(
         eid = await run_once(daemon, "job")
         await wait_for(lambda: user_service.calls_for(eid), timeout=5)
         token = token_of(user_service, eid)
-        assert (await push(daemon, "no-such-id", {"status": "RUNNING"}, None))[0] == 404
+        assert (await push(daemon, "no-such-id", {"status": "RUNNING"}, None))[0] == 401
+        unknown = callback_token(daemon.callback_secret, "no-such-id")
+        assert (await push(daemon, "no-such-id", {"status": "RUNNING"}, unknown))[0] == 404
         assert (await push(daemon, eid, {"bad": 1}, None))[0] == 401
         assert (await push(daemon, eid, {"bad": 1}, "not-the-token"))[0] == 401
         assert (await push(daemon, eid, None, token, raw=b"<html>"))[0] == 400

@@ -330,7 +330,8 @@ async def test_malformed_and_unknown_messages_are_acknowledged_counted_and_logge
             await send(client, eid, {"status": "UNKNOWN"}, token)
             huge = {"status": "SUCCESS", "message": "x" * (1024 * 1024)}
             await send(client, eid, huge, token)
-            await handled(client, await send(client, "no-such-id", {"status": "SUCCESS"}, token))
+            unknown = callback_token(daemon.callback_secret, "no-such-id")  # tokens come first
+            await handled(client, await send(client, "no-such-id", {"status": "SUCCESS"}, unknown))
         after = await stored(daemon, eid)
         malformed, unknown = counted(daemon, "malformed"), counted(daemon, "unknown")
     assert after == before

@@ -5,6 +5,8 @@ a real redis-server."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from textwrap import dedent
@@ -14,6 +16,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 from click.testing import CliRunner
+from redis.asyncio import Redis
+from sqlalchemy import event
+from structlog.testing import capture_logs
 
 import ecron.cli.validate  # noqa: F401  (registers the command)
 from ecron.cli import cli
@@ -27,7 +32,9 @@ from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, reply, run_once
 from tests.support.faulty import answering as receiving
 from tests.support.faulty import endless_body
+from tests.support.redis_server import RedisServer
 from tests.support.service import UserService, wait_for
+from tests.test_queue import both_channels, counted, handled, send
 
 SECRET = "s3cret"
 
@@ -271,3 +278,74 @@ async def test_a_steps_callback_is_answered_with_that_steps_own_status_only(
     assert (answer["status"], answer["progress"], answer["message"]) == ("RUNNING", 40, "two at 40")
     assert [step["remote_id"] for step in answer["steps"]] == [second]
     assert [step["remote_id"] for step in conflict["detail"]["steps"]] == [second]
+
+
+# S10: long ids are refused before any lookup; the callback token before the database.
+
+
+@pytest.fixture
+async def redis_client(redis_server: RedisServer) -> AsyncIterator[Redis]:
+    """A plain redis-py client on the test's server: what a user service would use."""
+    redis = Redis.from_url(redis_server.url)
+    yield redis
+    await redis.aclose()
+
+
+@contextmanager
+def statements(daemon: Daemon) -> Iterator[list[str]]:
+    """Every SQL statement the daemon's engines run meanwhile, with its parameters (an
+    event hook of SQLAlchemy on the real engines)."""
+    seen: list[str] = []
+
+    def record(_c: Any, _cursor: Any, statement: str, parameters: Any, *_rest: Any) -> None:
+        seen.append(f"{statement} {parameters!r}")
+
+    engines = {daemon.store.engines.reader.sync_engine, daemon.store.engines.writer.sync_engine}
+    for engine in engines:
+        event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        for engine in engines:
+            event.remove(engine, "before_cursor_execute", record)
+
+
+async def test_a_callback_checks_id_length_and_token_before_reading_the_database(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """A callback about an id over 100 characters answers 404 and one with a missing or
+    wrong token 401, neither reading the database about that id; so does a GET of an
+    execution by such an id. With the right token, an unknown id is looked up: 404."""
+    long_id, unknown = "e" * 101, "0" * 36
+    async with make_daemon([], public_url="http://ecron.test") as daemon:
+        with statements(daemon) as seen:
+            too_long, _ = await post_report(daemon, long_id, {"status": "RUNNING"}, "x")
+            forged, _ = await post_report(daemon, unknown, {"status": "RUNNING"}, "x" * 64)
+            async with aiohttp.ClientSession() as session:
+                url = f"http://127.0.0.1:{daemon.port}/api/v1/executions/{long_id}"
+                async with session.get(url) as response:
+                    got = response.status
+            looked_up = [s for s in seen if long_id in s or unknown in s]
+            token = callback_token(daemon.callback_secret, unknown)
+            missing, _ = await post_report(daemon, unknown, {"status": "RUNNING"}, token)
+    assert looked_up == []
+    assert (too_long, forged, got, missing) == (404, 401, 404, 404)
+
+
+async def test_a_queue_message_with_a_3_mb_execution_id_is_refused_and_logged_cut_short(
+    make_daemon: DaemonFactory,
+    user_service: UserService,
+    redis_server: RedisServer,
+    redis_client: Redis,
+) -> None:
+    """A message whose execution_id is 3 MB long is acknowledged and counted unknown, and
+    no log line quotes more than a short start of it."""
+    async with both_channels(make_daemon, [], redis_server) as daemon:
+        with capture_logs() as logs:
+            message = await send(redis_client, "x" * 3_000_000, {"status": "SUCCESS"}, "t" * 64)
+            await handled(redis_client, message)
+        unknown = counted(daemon, "unknown")
+    assert unknown == 1
+    refused = [line for line in logs if line["event"] == "queue_message_refused"]
+    assert len(refused) == 1
+    assert max(len(repr(line)) for line in logs) < 2_000

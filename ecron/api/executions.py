@@ -11,6 +11,7 @@ from ecron.api.context import NUL, context, error, ignore_body
 from ecron.clock import iso
 from ecron.core import Channel, Execution, Status
 from ecron.errors import Ambiguous, NotFound
+from ecron.ids import shown_id, too_long
 from ecron.pushed import Pushed, take_report
 from ecron.snapshots import execution_snapshots, step_snapshot, step_view
 from ecron.store.base import Store
@@ -76,6 +77,8 @@ async def find_execution(store: Store, name: str) -> Execution:
     """The execution ``name`` names: its eid, or a unique prefix of it (in any case, like
     git's object names). Raises ``NotFound`` when it names none, ``Ambiguous`` (409, with
     up to ``CANDIDATES`` of them) when it is the start of several eids."""
+    if too_long(name):  # names nothing: refused before any read of the database
+        raise NotFound(f"no execution {shown_id(name)!r}")
     execution = None if NUL in name else await store.get_execution(name)
     if execution is not None:
         return execution
