@@ -102,7 +102,8 @@ class QueueConsumer:
         self.node_id = node_id
         self.where = without_password(settings.url)
         #: Why the stream cannot be read now; None while it can.
-        self.problem: str | None = f"queue: {self.where} not read yet"
+        #: (``/readyz`` is open to all: no host, no error text; the log line has those.)
+        self.problem: str | None = "queue: not read yet"
         self._counted = {name: metrics.queue_messages.labels(outcome=name) for name in OUTCOMES}
         self._wait = exponential(BACKOFF, MAX_BACKOFF, jitter=True)
         claim_idle = settings.claim_idle.total_seconds()
@@ -132,7 +133,7 @@ class QueueConsumer:
             except RedisError as exc:
                 away += 1
                 delay = delay_after(self._wait, away).total_seconds()
-                self.problem = f"queue: {self.where} cannot be read: {type(exc).__name__}: {exc}"
+                self.problem = "queue: unreachable"
                 log.warning(
                     "queue_unreachable",
                     url=self.where,

@@ -32,7 +32,7 @@ from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, reply, run_once
 from tests.support.faulty import answering as receiving
 from tests.support.faulty import endless_body
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, free_port
 from tests.support.service import UserService, wait_for
 from tests.test_queue import both_channels, counted, handled, send
 
@@ -349,3 +349,70 @@ async def test_a_queue_message_with_a_3_mb_execution_id_is_refused_and_logged_cu
     refused = [line for line in logs if line["event"] == "queue_message_refused"]
     assert len(refused) == 1
     assert max(len(repr(line)) for line in logs) < 2_000
+
+
+# S11: what the open /readyz and config errors show.
+
+
+async def test_readyz_says_what_is_wrong_without_hosts_or_error_text(
+    make_daemon: DaemonFactory, tmp_path: Path
+) -> None:
+    """With a required queue whose Redis is not there, and then the SQLite file gone from
+    under the daemon: /readyz (open to all) answers 503 naming "queue: unreachable" and
+    "database: unreachable", and neither the Redis host and port nor the database's error
+    text; the detail goes to the log."""
+    port = free_port()
+    queue = {"url": f"redis://127.0.0.1:{port}/0", "required": True}
+    async with make_daemon([], queue=queue) as daemon:
+        consumer = daemon.queue
+        assert consumer is not None
+        await wait_for(lambda: "not read yet" not in (consumer.problem or "not read yet"))
+        with capture_logs() as logs:
+            await database_gone(daemon, tmp_path / "ecron.db")
+            try:
+                async with aiohttp.ClientSession() as session:
+                    url = f"http://127.0.0.1:{daemon.port}/readyz"
+                    async with session.get(url) as response:
+                        status, body = response.status, await response.json()
+            finally:
+                (tmp_path / "ecron.db").rmdir()
+                (tmp_path / "ecron.db.away").rename(tmp_path / "ecron.db")
+    assert status == 503
+    assert "queue: unreachable" in body["problems"], body
+    assert "database: unreachable" in body["problems"], body
+    assert str(port) not in json.dumps(body) and "Error" not in json.dumps(body)
+    assert any(line["event"] == "readiness_database_unreachable" for line in logs)
+
+
+async def database_gone(daemon: Daemon, path: Path) -> None:
+    """Close the daemon's connections and put a directory where its SQLite file was: no
+    new connection can open it."""
+    for engine in (daemon.store.engines.reader, daemon.store.engines.writer):
+        await engine.dispose()
+    replace_with_a_directory(path)
+
+
+def replace_with_a_directory(path: Path) -> None:
+    """Move the file ``path`` aside (``<path>.away``) and make a directory in its place."""
+    path.rename(path.with_name(path.name + ".away"))
+    path.mkdir()
+
+
+def test_validate_quotes_no_password_of_a_url_in_a_task(tmp_path: Path) -> None:
+    """A task URL with user:password@ that is wrong for another reason (its scheme) is
+    quoted by ``ecron validate`` with its password as ***."""
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "ecron.yaml").write_text("")
+    (tmp_path / "tasks" / "t.yaml").write_text(
+        dedent("""\
+        tasks:
+          - name: t
+            schedule: manual
+            url: htp://bob:pw-in-url-1@svc/jobs
+            batch_poll_url: "ftp://ann:pw-in-url-2@svc/batch"
+        """)
+    )
+    code, printed = validate(tmp_path)
+    assert code == 1
+    assert "pw-in-url" not in printed, printed
+    assert "htp://bob:***@svc/jobs" in printed, printed
