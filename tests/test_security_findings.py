@@ -5,8 +5,11 @@ a real redis-server."""
 from __future__ import annotations
 
 import json
+import os
+import sqlite3
+import stat
 from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from textwrap import dedent
@@ -416,3 +419,63 @@ def test_validate_quotes_no_password_of_a_url_in_a_task(tmp_path: Path) -> None:
     assert code == 1
     assert "pw-in-url" not in printed, printed
     assert "htp://bob:***@svc/jobs" in printed, printed
+
+
+# S3: the database at rest.
+
+
+@contextmanager
+def umask(mask: int) -> Iterator[None]:
+    """The process's umask set to ``mask`` meanwhile (the usual 022: files readable by all)."""
+    before = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(before)
+
+
+async def test_the_sqlite_file_and_its_wal_and_shm_are_readable_by_their_owner_only(
+    make_daemon: DaemonFactory, user_service: UserService, tmp_path: Path
+) -> None:
+    """Under umask 022, a daemon that creates its SQLite database and writes to it leaves
+    ecron.db, ecron.db-wal and ecron.db-shm with mode 0600; a database file made readable
+    by all before the start is made 0600 too."""
+    user_service.duration = 0.05
+    with umask(0o022):
+        async with make_daemon([task("job", f"{user_service.url}/jobs/x")]) as daemon:
+            await ended(daemon, await run_once(daemon, "job"))
+            modes = database_modes(tmp_path)
+        assert set(modes) == {"ecron.db", "ecron.db-wal", "ecron.db-shm"}, modes
+        assert modes == dict.fromkeys(modes, "0o600"), modes
+        (tmp_path / "ecron.db").chmod(0o644)
+        async with make_daemon([]):
+            assert database_modes(tmp_path)["ecron.db"] == "0o600"
+
+
+def database_modes(directory: Path) -> dict[str, str]:
+    """The permission bits of the SQLite file and its WAL and SHM in ``directory``."""
+    names = ("ecron.db", "ecron.db-wal", "ecron.db-shm")
+    paths = [directory / name for name in names if (directory / name).exists()]
+    return {path.name: oct(stat.S_IMODE(path.stat().st_mode)) for path in paths}
+
+
+async def test_a_tasks_notify_webhook_url_secret_and_headers_are_not_stored(
+    make_daemon: DaemonFactory, user_service: UserService, tmp_path: Path
+) -> None:
+    """A task's own notify webhook (a Slack-style URL whose path is the secret, a signing
+    secret, a header) is stored in the task row with the URL cut to its origin and the
+    secret and header values as ***."""
+    hook = {
+        "url": "https://hooks.example:8443/services/T0/B0/path-is-secret?k=query-secret",
+        "secret": "hook-signing-secret",
+        "headers": {"X-Hook-Key": "hook-header-secret"},
+    }
+    spec = task("job", f"{user_service.url}/jobs/x", notify={"webhooks": [hook]})
+    async with make_daemon([spec]) as daemon:
+        stored = await daemon.store.get_task("job")
+    assert stored is not None
+    with closing(sqlite3.connect(tmp_path / "ecron.db")) as db:
+        [(row,)] = db.execute("SELECT spec FROM task WHERE name = 'job'").fetchall()
+    for value in ("path-is-secret", "query-secret", "hook-signing-secret", "hook-header-secret"):
+        assert value not in row, row
+    assert "https://hooks.example:8443/***" in row

@@ -9,6 +9,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
+from yarl import URL
 
 from ecron.config.model import TaskSpec
 from ecron.store.base import FirstFires, SyncResult, TaskState
@@ -22,7 +23,8 @@ _REDACTED = "***"
 
 
 def spec_json(spec: TaskSpec) -> dict[str, Any]:
-    """The spec as stored: JSON, with header values and secrets redacted."""
+    """The spec as stored: JSON, with header values and secrets redacted, and its own
+    webhooks' URLs cut to their origin."""
     data = dict(spec.dumped)
     if data.get("steps"):
         data["steps"] = [dict(step) for step in data["steps"]]
@@ -36,7 +38,23 @@ def spec_json(spec: TaskSpec) -> dict[str, Any]:
     redact(data)
     for step in data.get("steps") or []:
         redact(step)
+    if data.get("notify"):
+        notify = dict(data["notify"])
+        notify["webhooks"] = [_hidden_hook(hook) for hook in notify.get("webhooks") or []]
+        data["notify"] = notify
     return data
+
+
+def _hidden_hook(hook: dict[str, Any]) -> dict[str, Any]:
+    """A webhook as stored: its URL cut to the origin (a Slack-style path is the secret, a
+    password or a query may be too), its secret and header values redacted."""
+    hidden = dict(hook)
+    hidden["url"] = f"{URL(hook['url']).origin()}/{_REDACTED}"
+    if hidden.get("secret"):
+        hidden["secret"] = _REDACTED
+    if hidden.get("headers"):
+        hidden["headers"] = dict.fromkeys(hidden["headers"], _REDACTED)
+    return hidden
 
 
 class TaskOperations:
