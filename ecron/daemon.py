@@ -199,7 +199,11 @@ class Daemon:
             load=self.engine.load,
             answered=self.engine.executor.pace.answered,
         )
-        runner = web.AppRunner(make_app(ctx), access_log=None)
+        # aiohttp's keep-alive timer runs from the connection's start (and from each answer)
+        # and is not put off by bytes that make no whole request: it closes an idle
+        # connection and one whose headers trickle in alike (its default is an hour).
+        idle = self.settings.api_idle_timeout.total_seconds()
+        runner = web.AppRunner(make_app(ctx), access_log=None, keepalive_timeout=idle)
         await runner.setup()
         self._stack.push_async_callback(runner.cleanup)
         host, port = self.settings.host_port

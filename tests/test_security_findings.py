@@ -4,6 +4,7 @@ a real redis-server."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
@@ -40,6 +41,8 @@ from tests.support.service import UserService, wait_for
 from tests.test_queue import both_channels, counted, handled, send
 
 SECRET = "s3cret"
+#: A whole request, kept alive.
+FULL_REQUEST = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 
 
 @pytest.fixture
@@ -479,3 +482,31 @@ async def test_a_tasks_notify_webhook_url_secret_and_headers_are_not_stored(
     for value in ("path-is-secret", "query-secret", "hook-signing-secret", "hook-header-secret"):
         assert value not in row, row
     assert "https://hooks.example:8443/***" in row
+
+
+# S4: idle and half-sent connections to the API are closed.
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [b"", b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: a", FULL_REQUEST],
+    ids=["idle", "headers-half-sent", "idle-after-a-request"],
+)
+async def test_the_api_closes_idle_and_half_sent_connections_after_api_idle_timeout(
+    make_daemon: DaemonFactory, sent: bytes
+) -> None:
+    """With api_idle_timeout 300ms, a connection that sends nothing, one that stops in the
+    middle of its headers, and a kept-alive one after its answer are each closed by the
+    daemon (the socket reads end of file) instead of being held for an hour."""
+    async with make_daemon([], api_idle_timeout="300ms") as daemon:
+        reader, writer = await asyncio.open_connection("127.0.0.1", daemon.port)
+        try:
+            writer.write(sent)
+            await writer.drain()
+            received = await asyncio.wait_for(reader.read(), timeout=10)
+        finally:
+            writer.close()
+    if sent == FULL_REQUEST:
+        assert received.startswith(b"HTTP/1.1 200") and b'"status": "ok"' in received
+    else:
+        assert received == b""

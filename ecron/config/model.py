@@ -415,10 +415,13 @@ class DaemonSettings(_Strict):
     poll_workers: int = Field(default=100, ge=1, le=10_000)
     #: How far ahead fire times are claimed, so triggers leave on time.
     prefetch: Duration = timedelta(seconds=2)
+    #: An API connection with no whole request for this long (idle, or half sent) is closed.
+    api_idle_timeout: Duration = timedelta(seconds=75)
     #: Alerts (webhooks); set in ecron.yaml only, not from the environment.
     notify: NotifySettings = Field(default_factory=NotifySettings)
     #: The Redis Streams report channel; none when unset.
     queue: QueueSettings | None = None
+    _idle = field_validator("api_idle_timeout")(check_positive)
 
     @field_validator("listen")
     @classmethod
