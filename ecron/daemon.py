@@ -23,7 +23,8 @@ from ecron.api.context import ApiContext
 from ecron.audit import AuditLog
 from ecron.clock import Clock
 from ecron.config.hidden import config_secrets
-from ecron.config.model import Config, QueueSettings, TaskSpec
+from ecron.config.model import Config, TaskSpec
+from ecron.config.queue import QueueSettings
 from ecron.config.rules import PoolSpec
 from ecron.errors import ConfigError
 from ecron.executor.http import HttpCaller
@@ -204,7 +205,11 @@ class Daemon:
             answered=self.engine.executor.pace.answered,
             audit=self.audit,
         )
-        runner = web.AppRunner(make_app(ctx), access_log=None)
+        # aiohttp's keep-alive timer runs from the connection's start (and from each answer)
+        # and is not put off by bytes that make no whole request: it closes an idle
+        # connection and one whose headers trickle in alike (its default is an hour).
+        idle = self.settings.api_idle_timeout.total_seconds()
+        runner = web.AppRunner(make_app(ctx), access_log=None, keepalive_timeout=idle)
         await runner.setup()
         self._stack.push_async_callback(runner.cleanup)
         host, port = self.settings.host_port

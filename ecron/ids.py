@@ -35,6 +35,23 @@ def new_eid() -> str:
     return str(uuid.UUID(int=value))
 
 
+#: The longest id (an eid, a remote id, a prefix of one) ecron looks up: every id it makes
+#: is far shorter (PROTOCOL.md: at most 64), so a longer one names nothing and is refused
+#: before any read of the database.
+MAX_ID_LENGTH = 100
+
+
+def too_long(name: str) -> bool:
+    """True when ``name`` is longer than any id: refused before any lookup."""
+    return len(name) > MAX_ID_LENGTH
+
+
+def shown_id(name: str) -> str:
+    """``name`` as a message or a log line may quote it: cut to ``MAX_ID_LENGTH``
+    characters (an id from outside may be megabytes long)."""
+    return name if not too_long(name) else f"{name[:MAX_ID_LENGTH]}... ({len(name)} characters)"
+
+
 def remote_id(eid: str, step: int | None) -> str:
     """The id a user service is given: the eid, or ``<eid>.<n>`` for step ``n``."""
     return eid if step is None else f"{eid}.{step}"

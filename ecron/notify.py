@@ -24,6 +24,7 @@ from ecron.backoff import exponential
 from ecron.clock import iso
 from ecron.config.model import NotifySettings, TaskSpec, Webhook
 from ecron.errors import EcronError
+from ecron.executor.http import read_capped
 from ecron.metrics import Metrics
 from ecron.signing import signature
 
@@ -31,12 +32,14 @@ log = structlog.get_logger(__name__)
 
 #: Events waiting to be sent; beyond this, new ones are dropped (and counted).
 QUEUE_SIZE = 1000
+#: The most of a receiver's answer read (bytes); it is not used, a larger one is cut off.
+ANSWER_LIMIT = 64 * 1024
 #: Deliveries in progress at once.
 CONCURRENT_DELIVERIES = 16
 
 
 class DeliveryFailed(EcronError):
-    """A webhook did not answer 2xx."""
+    """A webhook did not answer 2xx (a redirect, 3xx, is not followed: a failure too)."""
 
 
 class Notifier:
@@ -144,7 +147,9 @@ class Notifier:
                 hook.secret, "POST", url.raw_path_qs, body, int(time.time())
             )
         timeout = aiohttp.ClientTimeout(total=hook.timeout.total_seconds())
-        async with self.session.post(url, data=body, headers=headers, timeout=timeout) as answer:
-            await answer.read()
+        async with self.session.post(
+            url, data=body, headers=headers, timeout=timeout, allow_redirects=False
+        ) as answer:  # a redirect is not followed: its target would get the headers and signature
+            await read_capped(answer, ANSWER_LIMIT)  # unused, but read: the connection is reused
             if not 200 <= answer.status < 300:
                 raise DeliveryFailed(f"HTTP {answer.status}")

@@ -1,6 +1,6 @@
 """A pushed report, from whichever channel it came (a callback, a queue message): checked
-in PROTOCOL.md's order, then applied through ``Commands.report``, the one function that
-moves an execution on a report. The callback endpoint and the queue consumer both call
+(its token before the database is read), then applied through ``Commands.report``, the one
+function that moves an execution on a report. The callback endpoint and the queue consumer both call
 ``take_report`` and differ only in how they answer its outcome (an HTTP status, a counted
 and acknowledged message)."""
 
@@ -13,7 +13,7 @@ from enum import StrEnum
 
 from ecron.commands import Commands
 from ecron.core import Channel, Execution, InvalidReport, RemoteStatus, parse_report
-from ecron.ids import split_remote_id
+from ecron.ids import shown_id, split_remote_id, too_long
 from ecron.signing import token_matches
 from ecron.store.base import Store
 
@@ -26,10 +26,11 @@ _DETAIL_LIMIT = 500
 class Pushed(StrEnum):
     """What became of a pushed report, in the order the checks are made."""
 
-    #: No such execution, or no such step of it (callback: 404).
-    UNKNOWN = "unknown"
     #: The token is missing or is not this remote id's (callback: 401).
     UNAUTHORIZED = "unauthorized"
+    #: No such execution, or no such step of it (callback: 404); an id too long to be one
+    #: is answered so before the token is checked.
+    UNKNOWN = "unknown"
     #: Not a valid report, or one saying UNKNOWN (callback: 400).
     MALFORMED = "malformed"
     #: The execution is final, its deadline had passed (the cancel is sent instead), or the
@@ -62,18 +63,22 @@ async def take_report(
     channel: Channel,
 ) -> Taken:
     """Check a report pushed about ``remote`` (an eid or ``<eid>.<n>``) with ``token``, in
-    this order: the execution or step exists, the token is this id's, the body (read only
-    then, by ``body``) is a report other than UNKNOWN, the execution is not final; then apply
-    it through ``Commands.report``. Errors of the store are the caller's (nothing was
-    applied)."""
+    PROTOCOL.md's order: the execution or step exists (an id longer than any id is unknown
+    without a lookup), the token is this id's (an HMAC of the id, worked out before the
+    lookup), the body (read only then, by ``body``) is a report other than UNKNOWN, the
+    execution is not final; then apply it through ``Commands.report``. Errors of the store
+    are the caller's (nothing was applied)."""
+    if too_long(remote) or _NUL in remote:
+        return Taken(Pushed.UNKNOWN, f"no execution or step {shown_id(remote)!r}")
+    authentic = bool(token) and token_matches(secret, remote, token or "")
     eid, step = split_remote_id(remote)
-    execution = None if _NUL in eid else await store.get_execution(eid)
+    execution = await store.get_execution(eid)
     if execution is None or (
         step is not None and not any(s.remote_id == remote for s in execution.steps)
     ):
         return Taken(Pushed.UNKNOWN, f"no execution or step {remote!r}")
-    if not token or not token_matches(secret, remote, token):
-        return Taken(Pushed.UNAUTHORIZED, "missing or wrong callback token", execution)
+    if not authentic:
+        return Taken(Pushed.UNAUTHORIZED, "missing or wrong callback token")
     try:
         parsed = parse_report(json.loads(await body()))
     except (ValueError, InvalidReport, RecursionError) as exc:  # deep nesting: not a report

@@ -29,9 +29,10 @@ from redis.exceptions import RedisError, ResponseError
 
 from ecron.backoff import delay_after, exponential
 from ecron.commands import Commands
-from ecron.config.model import QueueSettings
+from ecron.config.queue import QueueSettings
 from ecron.config.secrets import without_password
 from ecron.core import Channel
+from ecron.ids import shown_id
 from ecron.metrics import Metrics
 from ecron.pushed import Pushed, take_report
 from ecron.store.base import Store
@@ -101,7 +102,8 @@ class QueueConsumer:
         self.node_id = node_id
         self.where = without_password(settings.url)
         #: Why the stream cannot be read now; None while it can.
-        self.problem: str | None = f"queue: {self.where} not read yet"
+        #: (``/readyz`` is open to all: no host, no error text; the log line has those.)
+        self.problem: str | None = "queue: not read yet"
         self._counted = {name: metrics.queue_messages.labels(outcome=name) for name in OUTCOMES}
         self._wait = exponential(BACKOFF, MAX_BACKOFF, jitter=True)
         claim_idle = settings.claim_idle.total_seconds()
@@ -131,7 +133,7 @@ class QueueConsumer:
             except RedisError as exc:
                 away += 1
                 delay = delay_after(self._wait, away).total_seconds()
-                self.problem = f"queue: {self.where} cannot be read: {type(exc).__name__}: {exc}"
+                self.problem = "queue: unreachable"
                 log.warning(
                     "queue_unreachable",
                     url=self.where,
@@ -307,7 +309,7 @@ class QueueConsumer:
             self._counted[FAILED].inc()
             log.error(
                 "queue_message_dropped",
-                execution_id=remote,
+                execution_id=shown_id(remote),
                 message_id=_text(message_id),
                 deliveries=delivered,
                 error=error,
@@ -315,7 +317,7 @@ class QueueConsumer:
             return True
         log.warning(
             "queue_message_failed",
-            execution_id=remote,
+            execution_id=shown_id(remote),
             message_id=_text(message_id),
             delivery=delivered,
             deliveries_left=MAX_DELIVERIES - delivered,

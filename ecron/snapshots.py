@@ -78,6 +78,28 @@ def execution_snapshot(
     }
 
 
+def step_view(shown: dict[str, Any], remote_id: str) -> dict[str, Any]:
+    """The snapshot ``shown`` of a multi-step execution as the service of its step
+    ``remote_id`` may see it (a step's callback answer): that step's status, reason,
+    progress, message and times, and no other step (their messages and results are not
+    that service's business). The snapshot of the execution when ``remote_id`` is not one
+    of its steps."""
+    own = [step for step in shown["steps"] if step["remote_id"] == remote_id]
+    if not own:
+        return shown
+    [step] = own
+    return {
+        **shown,
+        **{key: step[key] for key in ("status", "reason", "progress", "message")},
+        "result": None,
+        "result_truncated": False,
+        "triggered_at": step["started_at"],
+        "finished_at": step["finished_at"],
+        "eta": None,
+        "steps": own,
+    }
+
+
 def step_snapshot(step: Step) -> dict[str, Any]:
     """One step of a multi-step execution."""
     return {

@@ -219,8 +219,9 @@ def signature_middleware(secret: str) -> Middleware:
     async def check_signature(request: web.Request, handler: Handler) -> web.StreamResponse:
         header = request.headers.get("X-Ecron-Signature", "")
         body = await request.read()  # aiohttp keeps the bytes, so the handler can read them again
+        eid = request.headers.get("X-Ecron-Execution-Id", "")  # v2 binds it: no replay
         try:  # raw_path is the target as sent (path and ?query, not decoded)
-            valid = verify(secret, header, request.method, request.raw_path, body)
+            valid = verify(secret, header, request.method, request.raw_path, body, execution_id=eid)
         except (ValueError, OverflowError):  # a ``t`` too long to be a time
             valid = False
         if not valid:

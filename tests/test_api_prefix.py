@@ -11,6 +11,7 @@ import aiohttp
 
 from ecron.core import Execution, Reason, Status
 from ecron.daemon import Daemon
+from ecron.signing import callback_token
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import run_once
 from tests.support.service import JSON_BODY, UserService
@@ -23,12 +24,13 @@ IDS = [
 ]
 
 
-async def call(daemon: Daemon, method: str, path: str) -> tuple[int, Any]:
+async def call(
+    daemon: Daemon, method: str, path: str, headers: dict[str, str] | None = None
+) -> tuple[int, Any]:
+    url = f"http://127.0.0.1:{daemon.port}/api/v1{path}"
     async with (
         aiohttp.ClientSession() as session,
-        session.request(
-            method, f"http://127.0.0.1:{daemon.port}/api/v1{path}", json=JSON_BODY
-        ) as response,
+        session.request(method, url, headers=headers, json=JSON_BODY) as response,
     ):
         return response.status, await response.json()
 
@@ -128,9 +130,12 @@ async def test_an_answer_of_409_lists_at_most_ten_candidates_and_says_there_are_
 async def test_the_callback_wants_the_exact_id(
     make_daemon: DaemonFactory, user_service: UserService
 ) -> None:
-    """A user service reports about the id it was given: a prefix of it is no execution."""
+    """A user service reports about the id it was given: a prefix of it is no execution
+    (asked with the prefix's own token)."""
     user_service.duration = 30
     async with make_daemon([task("a", f"{user_service.url}/jobs/x")]) as daemon:
         eid = await run_once(daemon, "a")
-        status, body = await call(daemon, "POST", f"/executions/{eid[:20]}/report")
+        token = callback_token(daemon.callback_secret, eid[:20])
+        headers = {"Authorization": f"Bearer {token}"}
+        status, body = await call(daemon, "POST", f"/executions/{eid[:20]}/report", headers)
     assert (status, body["error"]) == (404, f"no execution or step {eid[:20]!r}")

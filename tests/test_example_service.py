@@ -55,10 +55,12 @@ def ecron_headers(eid: str, **extra: str) -> dict[str, str]:
     }
 
 
-def signature(secret: str, t: int, method: str, target: str, body: bytes) -> str:
-    """An X-Ecron-Signature value computed straight from PROTOCOL.md."""
-    signed = f"{t}.{method}.{target}.".encode() + body
-    return f"t={t},v1={hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()}"
+def signature(secret: str, t: int, method: str, target: str, body: bytes, eid: str = "") -> str:
+    """An X-Ecron-Signature value computed straight from PROTOCOL.md (v1, and v2 over
+    ``eid``, the call's X-Ecron-Execution-Id)."""
+    v1 = hmac.new(secret.encode(), f"{t}.{method}.{target}.".encode() + body, hashlib.sha256)
+    v2 = hmac.new(secret.encode(), f"{t}.{method}.{target}.{eid}.".encode() + body, hashlib.sha256)
+    return f"t={t},v1={v1.hexdigest()},v2={v2.hexdigest()}"
 
 
 async def trigger(client: Client, eid: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -268,14 +270,18 @@ async def test_a_correctly_signed_trigger_and_poll_are_accepted(signed_client: C
     headers = ecron_headers(
         "eid-signed",
         **{"Content-Type": "application/json"},
-        **{"X-Ecron-Signature": signature(SECRET, int(time.time()), "POST", target, body)},
+        **{
+            "X-Ecron-Signature": signature(
+                SECRET, int(time.time()), "POST", target, body, "eid-signed"
+            )
+        },
     )
     response = await signed_client.post(target, data=body, headers=headers)
     assert response.status == 200, await response.text()
 
     # The target is signed as sent, before any decoding: %2F stays %2F.
     poll_target = "/jobs/report/eid-signed?region=eu&next=%2Fa%20b"
-    poll_signature = signature(SECRET, int(time.time()) - 60, "GET", poll_target, b"")
+    poll_signature = signature(SECRET, int(time.time()) - 60, "GET", poll_target, b"", "eid-signed")
     headers = ecron_headers("eid-signed", **{"X-Ecron-Signature": poll_signature})
     url = URL(f"http://{signed_client.host}:{signed_client.port}{poll_target}", encoded=True)
     async with signed_client.session.get(url, headers=headers) as poll:
@@ -295,7 +301,10 @@ BAD_SIGNATURES: dict[str, tuple[str, int, str, str] | None] = {
 }
 
 
-@pytest.mark.parametrize("why", [*BAD_SIGNATURES, "other body", "garbled", "huge t", "endless t"])
+WHYS = [*BAD_SIGNATURES, "other body", "other execution id", "garbled", "huge t", "endless t"]
+
+
+@pytest.mark.parametrize("why", WHYS)
 async def test_a_request_with_a_bad_or_stale_signature_is_refused_401(
     signed_client: Client, why: str
 ) -> None:
@@ -303,7 +312,13 @@ async def test_a_request_with_a_bad_or_stale_signature_is_refused_401(
     headers = ecron_headers("eid-forged")
     now = int(time.time())
     if why == "other body":
-        headers["X-Ecron-Signature"] = signature(SECRET, now, "POST", "/jobs/report?q=1", b"[]")
+        headers["X-Ecron-Signature"] = signature(
+            SECRET, now, "POST", "/jobs/report?q=1", b"[]", "eid-forged"
+        )
+    elif why == "other execution id":  # a trigger captured and replayed under another eid
+        headers["X-Ecron-Signature"] = signature(
+            SECRET, now, "POST", "/jobs/report?q=1", b"{}", "eid-captured"
+        )
     elif why == "garbled":
         headers["X-Ecron-Signature"] = "t=abc,v1=zz"
     elif why in ("huge t", "endless t"):  # too large for a float; past int()'s digit limit
@@ -311,12 +326,14 @@ async def test_a_request_with_a_bad_or_stale_signature_is_refused_401(
         headers["X-Ecron-Signature"] = f"t={'9' * digits},v1={'0' * 64}"
     elif (bad := BAD_SIGNATURES[why]) is not None:
         secret, offset, method, target = bad
-        headers["X-Ecron-Signature"] = signature(secret, now + offset, method, target, b"{}")
+        headers["X-Ecron-Signature"] = signature(
+            secret, now + offset, method, target, b"{}", "eid-forged"
+        )
 
     response = await signed_client.post("/jobs/report?q=1", data=b"{}", headers=headers)
 
     assert response.status == 401
-    fresh = signature(SECRET, now, "GET", "/jobs/report/eid-forged", b"")
+    fresh = signature(SECRET, now, "GET", "/jobs/report/eid-forged", b"", "eid-forged")
     headers = ecron_headers("eid-forged", **{"X-Ecron-Signature": fresh})
     poll = await signed_client.get("/jobs/report/eid-forged", headers=headers)
     assert poll.status == 404
@@ -335,7 +352,7 @@ def test_the_worked_signing_example_in_the_docs_verifies() -> None:
     poll = ("/jobs/nightly/01JGZ3V8Q4N2B6C9D0E1F2G3H4?region=eu", b"")
     header = f"t={WORKED_T},v1={WORKED_TRIGGER}"
 
-    assert header == signature("s3cret", WORKED_T, "POST", *trigger)
+    assert signature("s3cret", WORKED_T, "POST", *trigger).startswith(header + ",v2=")
     assert verify("s3cret", header, "POST", *trigger, now=WORKED_T + 300)
     assert verify("s3cret", f"t={WORKED_T},v1={WORKED_POLL}", "GET", *poll, now=WORKED_T)
     assert not verify("s3cret", header, "POST", *trigger, now=WORKED_T + 301)

@@ -23,7 +23,7 @@ from structlog.testing import capture_logs
 
 from ecron import logs
 from ecron.daemon import Daemon
-from ecron.signing import verify
+from ecron.signing import callback_token, verify
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, reply, run_once
 from tests.support.processes import finished
@@ -418,7 +418,10 @@ async def test_callbacks_are_counted_by_the_status_they_got_even_a_refused_overs
         token = user_service.calls_for(eid, "POST")[0].headers["X-Ecron-Callback-Token"]
         base = f"http://127.0.0.1:{daemon.port}/api/v1/executions"
         async with aiohttp.ClientSession() as session:
-            async with session.post(f"{base}/nope/report", json={"status": "RUNNING"}) as r:
+            nope = {"Authorization": f"Bearer {callback_token(daemon.callback_secret, 'nope')}"}
+            async with session.post(
+                f"{base}/nope/report", json={"status": "RUNNING"}, headers=nope
+            ) as r:  # unknown: 404, whatever the token
                 missing = r.status
             body = io.BytesIO(b"x" * (2 * 1024 * 1024))
             headers = {"Authorization": f"Bearer {token}"}

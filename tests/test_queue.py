@@ -21,7 +21,8 @@ from aiohttp import web
 from redis.asyncio import Redis
 
 import ecron.queue as queue_module
-from ecron.config.model import QueueSettings, TaskSpec
+from ecron.config.model import TaskSpec
+from ecron.config.queue import QueueSettings
 from ecron.core import Reason, Status
 from ecron.daemon import Daemon
 from ecron.errors import ConfigError
@@ -330,7 +331,8 @@ async def test_malformed_and_unknown_messages_are_acknowledged_counted_and_logge
             await send(client, eid, {"status": "UNKNOWN"}, token)
             huge = {"status": "SUCCESS", "message": "x" * (1024 * 1024)}
             await send(client, eid, huge, token)
-            await handled(client, await send(client, "no-such-id", {"status": "SUCCESS"}, token))
+            unknown = callback_token(daemon.callback_secret, "no-such-id")  # 404 whatever the token
+            await handled(client, await send(client, "no-such-id", {"status": "SUCCESS"}, unknown))
         after = await stored(daemon, eid)
         malformed, unknown = counted(daemon, "malformed"), counted(daemon, "unknown")
     assert after == before

@@ -16,6 +16,7 @@ from structlog.testing import capture_logs
 from ecron.config.model import TaskSpec
 from ecron.core import Execution, Reason, Status, TriggerKind
 from ecron.daemon import Daemon
+from ecron.signing import callback_token
 from tests.conftest import DaemonFactory
 from tests.protocol_support import ended, reply, run_once
 from tests.support.rig import FakeClock
@@ -308,7 +309,10 @@ async def test_a_callback_moves_the_step_it_names(
             async with session.post(url, json={"status": "FAILED"}, headers=headers) as r:
                 late = r.status
             bad = f"http://127.0.0.1:{daemon.port}/api/v1/executions/{eid}.9/report"
-            async with session.post(bad, json={"status": "SUCCESS"}, headers=headers) as r:
+            ninth = {
+                "Authorization": f"Bearer {callback_token(daemon.callback_secret, f'{eid}.9')}"
+            }
+            async with session.post(bad, json={"status": "SUCCESS"}, headers=ninth) as r:
                 missing = r.status
         execution = await daemon.store.get_execution(eid)
     assert (first, late, missing) == (200, 409, 404)

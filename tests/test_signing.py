@@ -28,8 +28,8 @@ def database_url(tmp_path: Path) -> str:
 def test_a_signature_is_the_hmac_of_time_method_target_and_body_as_the_protocol_says() -> None:
     """t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<METHOD>.<target>.<body>")>."""
     expected = hmac.new(b"k", b'1700000000.POST./jobs/x?a=1.{"n": 1}', hashlib.sha256).hexdigest()
-    assert signature("k", "post", "/jobs/x?a=1", b'{"n": 1}', 1700000000) == (
-        f"t=1700000000,v1={expected}"
+    assert signature("k", "post", "/jobs/x?a=1", b'{"n": 1}', 1700000000).startswith(
+        f"t=1700000000,v1={expected},v2="
     )
 
 

@@ -11,8 +11,9 @@ from ecron.api.context import NUL, context, error, ignore_body
 from ecron.clock import iso
 from ecron.core import Channel, Execution, Status
 from ecron.errors import Ambiguous, NotFound
+from ecron.ids import shown_id, too_long
 from ecron.pushed import Pushed, take_report
-from ecron.snapshots import execution_snapshots, step_snapshot
+from ecron.snapshots import execution_snapshots, step_snapshot, step_view
 from ecron.store.base import Store
 
 routes = web.RouteTableDef()
@@ -76,6 +77,8 @@ async def find_execution(store: Store, name: str) -> Execution:
     """The execution ``name`` names: its eid, or a unique prefix of it (in any case, like
     git's object names). Raises ``NotFound`` when it names none, ``Ambiguous`` (409, with
     up to ``CANDIDATES`` of them) when it is the start of several eids."""
+    if too_long(name):  # names nothing: refused before any read of the database
+        raise NotFound(f"no execution {shown_id(name)!r}")
     execution = None if NUL in name else await store.get_execution(name)
     if execution is not None:
         return execution
@@ -147,7 +150,8 @@ async def _report(request: web.Request) -> web.Response:
     """A callback (PROTOCOL.md): checked and applied by ``ecron.pushed.take_report`` (as a
     queue message is), answered, in the checks' order, 404 (no such execution), 401 (token
     missing or not this id's), 400 (not a report), 409 (already final; nothing changed), 200
-    (applied). Each answer carries the execution's snapshot where it has one."""
+    (applied). Each answer carries the execution's snapshot where it has one; a step's, the
+    step's own view of it (``step_view``: none of its siblings)."""
     ctx = context(request)
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     taken = await take_report(
@@ -165,7 +169,7 @@ async def _report(request: web.Request) -> web.Response:
         return error(400, taken.why, taken.detail)
     if taken.execution is None:
         return error(404, taken.why)
-    shown = await snapshot(request, taken.execution)
+    shown = step_view(await snapshot(request, taken.execution), request.match_info["eid"])
     if taken.outcome is Pushed.TOO_LATE:
         return error(409, taken.why, shown)
     return web.json_response(shown)

@@ -26,6 +26,7 @@ from ecron.config.messages import HIDDEN, SECRET_PATH, Problems, explain, join, 
 from ecron.config.model import Config, DaemonSettings, StepSpec, TaskSpec
 from ecron.config.named import Calendars, Named, Pools, resolve_calendar, resolve_pool
 from ecron.config.rules import CALENDAR_NAME, CalendarSpec, PoolSpec
+from ecron.config.secrets import without_passwords
 from ecron.errors import ConfigError
 from ecron.schedules import on_key
 
@@ -60,8 +61,8 @@ def load_config(
     files: dict[str, str] = {}  # task name -> the file that declares it
     tasks = _load_tasks(root, env, problems, named, files)
     problems += check_chains(tasks, files) + check_reach(tasks, files, now or datetime.now(UTC))
-    if problems or daemon is None:
-        raise ConfigError(problems)
+    if problems or daemon is None:  # a problem may quote a URL: never with its password
+        raise ConfigError([without_passwords(problem) for problem in problems])
     calendars = {name: spec for name, (spec, _) in named.calendars.items() if spec is not None}
     pools = {name: spec for name, (spec, _) in named.pools.items() if spec is not None}
     return Config(

@@ -66,6 +66,8 @@ def _walk(model: type[BaseModel], loc: tuple[int | str, ...]) -> tuple[str, type
     """The dotted path of a pydantic location (union tags left out) and the model of its key."""
     path, current, owner = "", typing.cast(Any, model), None
     for item in loc:
+        if item == "[key]":  # a mapping's key is at fault: the path names it already
+            continue
         args = [arg for arg in typing.get_args(current) if arg is not type(None)]
         if typing.get_origin(current) in (typing.Union, types.UnionType):
             if len(args) > 1:  # ``item`` names the union member that failed

@@ -33,6 +33,8 @@ from ecron.config.callers import (
     check_optional_token,
     parse_callers,
 )
+from ecron.config.headers import Headers
+from ecron.config.queue import QueueSettings
 from ecron.config.rules import (
     Blackout,
     CalendarSpec,
@@ -142,7 +144,7 @@ class Webhook(_Strict):
     url: str
     events: list[AlertEvent] = Field(default_factory=lambda: list(ALERT_EVENTS))
     secret: str | None = None
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: Headers = Field(default_factory=dict)
     timeout: Duration = timedelta(seconds=10)
 
     _url = field_validator("url")(check_url)
@@ -163,7 +165,7 @@ class CallSettings(_Strict):
     """Everything one HTTP call under the protocol needs: a task's, or a step's merged with it."""
 
     url: str
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: Headers = Field(default_factory=dict)
     body: Any = None
     poll_url: str | None = None
     #: One GET ``?ids=a,b,c`` polls many executions (PROTOCOL.md, "Batch polls").
@@ -193,7 +195,7 @@ class StepSpec(_Strict):
 
     name: str
     url: str | None = None
-    headers: dict[str, str] | None = None
+    headers: Headers | None = None
     body: Any = None
     poll_url: str | None = None
     batch_poll_url: str | None = None
@@ -227,7 +229,7 @@ class TaskSpec(_Strict):
     timezone: str = "UTC"
     schedule: str | dict[str, Any]
     url: str | None = None
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: Headers = Field(default_factory=dict)
     body: Any = None
     poll_url: str | None = None
     batch_poll_url: str | None = None
@@ -384,28 +386,6 @@ class LogSettings(_Strict):
     level: Literal["debug", "info", "warning", "error"] = "info"
 
 
-class QueueSettings(_Strict):
-    """The Redis Streams report channel (PROTOCOL.md, "Reports through a message queue")."""
-
-    url: str
-    stream: str = Field(default="ecron-reports", min_length=1)
-    group: str = Field(default="ecron", min_length=1)
-    #: A message left pending this long by a node (that died) is claimed by another.
-    claim_idle: Duration = timedelta(seconds=30)
-    #: True: ``/readyz`` answers 503 while Redis cannot be read.
-    required: bool = False
-
-    @field_validator("url")
-    @classmethod
-    def _redis_url(cls, value: str) -> str:
-        if not value.startswith(("redis://", "rediss://", "unix://")):
-            shown = without_password(value)
-            raise ValueError(f"{shown!r}: use redis://HOST:PORT/DB (or rediss://, unix://)")
-        return value
-
-    _claim_idle = field_validator("claim_idle")(check_positive)
-
-
 class DaemonSettings(_Strict):
     """The daemon itself (``ecron.yaml``; every key also as ``ECRON_<KEY>``)."""
 
@@ -428,10 +408,13 @@ class DaemonSettings(_Strict):
     poll_workers: int = Field(default=100, ge=1, le=10_000)
     #: How far ahead fire times are claimed, so triggers leave on time.
     prefetch: Duration = timedelta(seconds=2)
+    #: An API connection with no whole request for this long (idle, or half sent) is closed.
+    api_idle_timeout: Duration = timedelta(seconds=75)
     #: Alerts (webhooks); set in ecron.yaml only, not from the environment.
     notify: NotifySettings = Field(default_factory=NotifySettings)
     #: The Redis Streams report channel; none when unset.
     queue: QueueSettings | None = None
+    _idle = field_validator("api_idle_timeout")(check_positive)
 
     @field_validator("listen")
     @classmethod

@@ -7,6 +7,7 @@ misbehaving service can cost at most ``BODY_LIMIT`` bytes per call.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -32,6 +33,11 @@ from ecron.signing import callback_token, signature
 
 #: The most of a response body ecron reads; a larger one is a protocol error.
 BODY_LIMIT = 1024 * 1024
+#: The longest a ``Retry-After`` holds a service's triggers back (seconds); a longer one
+#: (a service's bug, or a hostile answer) waits this long, then the trigger is tried again.
+MAX_RETRY_AFTER = 3600.0
+#: ``Retry-After`` in seconds: ASCII digits only (``str.isdigit`` takes ``²`` too).
+_SECONDS = re.compile(r"[0-9]+")
 #: Prepared polls kept at most (URL and headers per execution and deadline).
 POLL_CACHE = 50_000
 #: The clock of ``classify`` when none is given.
@@ -212,8 +218,9 @@ class HttpCaller:
         if method == "POST":
             headers["Content-Type"] = "application/json"
         if call.secret:
+            stamp = int(self.clock.now().timestamp())
             headers["X-Ecron-Signature"] = signature(
-                call.secret, method, url.raw_path_qs, body, int(self.clock.now().timestamp())
+                call.secret, method, url.raw_path_qs, body, stamp, ctx.remote_id
             )
         return headers
 
@@ -281,7 +288,7 @@ class HttpCaller:
                 allow_redirects=False,
                 middlewares=_EVERY_TRY_COUNTED,
             ) as response:
-                content, too_big = await _read_capped(response, self.body_limit)
+                content, too_big = await read_capped(response, self.body_limit)
                 return read(response.status, content, too_big, response.headers, self.clock.now)
         except aiohttp.ConnectionTimeoutError as exc:
             return CallOutcome(OutcomeKind.UNSENT, detail=f"connect timed out: {exc}")
@@ -300,7 +307,8 @@ def scrubbed(detail: str, headers: Mapping[str, str]) -> str:
     detail = scrub(detail)
     for name in ("X-Ecron-Callback-Token", "X-Ecron-Signature"):
         value = headers.get(name, "")
-        for part in (value, value.partition("v1=")[2]):
+        parts = [value, *(field.partition("=")[2] for field in value.split(","))]
+        for part in parts:  # the whole value, and each digest alone
             if len(part) >= 16 and part in detail:
                 detail = detail.replace(part, REDACTED)
     return detail
@@ -329,7 +337,7 @@ async def _every_try_counted(
 _EVERY_TRY_COUNTED = (_every_try_counted,)
 
 
-async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
+async def read_capped(response: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
     """The body, or ``(first bytes, True)`` when it is longer than ``limit``."""
     if response.content_length is not None:
         if response.content_length > limit:
@@ -405,16 +413,19 @@ def _why(exc: BaseException) -> str:
 
 
 def _retry_after(headers: Mapping[str, str] | None, now: Callable[[], datetime]) -> float | None:
+    """Seconds a ``Retry-After`` asks for (RFC 9110: ASCII digits, or an HTTP date), at most
+    ``MAX_RETRY_AFTER``; None when there is none or it is malformed (the answer is then a
+    plain 429 or 503, retried with backoff)."""
     value = None if headers is None else headers.get("Retry-After")
     if not value:
         return None
     text = str(value).strip()
-    if text.isdigit():
-        return float(text)
+    if _SECONDS.fullmatch(text):  # 400 digits is no reason to build a 400-digit number
+        return MAX_RETRY_AFTER if len(text) > 9 else min(float(text), MAX_RETRY_AFTER)
     try:
         when = parsedate_to_datetime(text)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     if when.tzinfo is None:  # "-0000": UTC, with no zone said
         when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - now()).total_seconds())
+    return min(MAX_RETRY_AFTER, max(0.0, (when - now()).total_seconds()))

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from yarl import URL
+
 from ecron.config.messages import join
 from ecron.config.model import spec_digest
 
@@ -128,7 +130,8 @@ def rfc3339(when: datetime | None) -> str | None:
 
 
 def spec_json(spec: TaskSpec) -> dict[str, Any]:
-    """The spec as stored: JSON, with header values and secrets redacted."""
+    """The spec as stored: JSON, with header values and secrets redacted, and its own
+    webhooks' URLs cut to their origin."""
     data = dict(spec.dumped)
     if data.get("steps"):
         data["steps"] = [dict(step) for step in data["steps"]]
@@ -142,7 +145,23 @@ def spec_json(spec: TaskSpec) -> dict[str, Any]:
     redact(data)
     for step in data.get("steps") or []:
         redact(step)
+    if data.get("notify"):
+        notify = dict(data["notify"])
+        notify["webhooks"] = [_hidden_hook(hook) for hook in notify.get("webhooks") or []]
+        data["notify"] = notify
     return data
+
+
+def _hidden_hook(hook: dict[str, Any]) -> dict[str, Any]:
+    """A webhook as stored: its URL cut to the origin (a Slack-style path is the secret, a
+    password or a query may be too), its secret and header values redacted."""
+    hidden = dict(hook)
+    hidden["url"] = f"{URL(hook['url']).origin()}/{REDACTED}"
+    if hidden.get("secret"):
+        hidden["secret"] = REDACTED
+    if hidden.get("headers"):
+        hidden["headers"] = dict.fromkeys(hidden["headers"], REDACTED)
+    return hidden
 
 
 def task_set_change(

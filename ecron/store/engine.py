@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import stat
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,6 +74,7 @@ class Engines:
                 raise StoreError(
                     f"database {url!r}: use a SQLite file; an in-memory database cannot be shared"
                 )
+            _owner_only(path)
             self.dialect = Dialect("sqlite", skip_locked=False, path=path, insert=sqlite.insert)
             if read_only:  # SQLite refuses every write (and does not create a missing file)
                 url = f"sqlite+aiosqlite:///file:{quote(str(path))}?mode=ro&uri=true"
@@ -135,6 +138,20 @@ class Engines:
         await self.reader.dispose()
         if self.writer is not self.reader:
             await self.writer.dispose()
+
+
+def _owner_only(path: Path) -> None:
+    """Make the SQLite file ``path`` readable and writable by its owner alone (0600): it
+    holds the callback secret and the task specs. SQLite creates the ``-wal`` and ``-shm``
+    files with the mode of the database file, so creating it here first, 0600 whatever the
+    umask, covers them; an existing file (and its ``-wal`` and ``-shm``) is set to 0600 at
+    every start. What cannot be done (a file of another user) is left to SQLite to report."""
+    with suppress(OSError):
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))  # no-op for an existing file
+    for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        with suppress(OSError):
+            if name.exists() and stat.S_IMODE(name.stat().st_mode) & 0o077:
+                name.chmod(0o600)
 
 
 def _sqlite_engine(url: str, *, immediate: bool, busy_ms: int) -> AsyncEngine:
