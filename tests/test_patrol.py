@@ -12,6 +12,7 @@ from structlog.testing import capture_logs
 
 from ecron.config.model import TaskSpec
 from ecron.core import Execution, Reason, Status
+from ecron.core.audit import AuditEntry, AuditQuery
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import reply
 from tests.support.rig import rig
@@ -94,6 +95,25 @@ async def test_history_retention_deletes_old_final_executions_in_batches_and_kee
         left = {e.eid for e in (await r.store.list_executions(limit=50)).items}
     assert counts is not None and counts["retention"] == 7
     assert left == {"recent", "active"}
+
+
+async def test_history_retention_deletes_audit_entries_older_than_it_too(
+    database_url: str, user_service: UserService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The audit log is kept for history_retention as executions are: older entries go,
+    in batches; newer ones stay, newest first."""
+    monkeypatch.setattr("ecron.patrol.PURGE_BATCH", 2)
+    async with rig(database_url, [task("a", f"{user_service.url}/jobs/x")], T0) as r:
+        old = [
+            AuditEntry(T0 - timedelta(days=31, minutes=n), "ci", "run", "a", "a", 202)
+            for n in range(5)
+        ]
+        recent = AuditEntry(T0 - timedelta(days=1), "config", "change", "a", "a")
+        await r.store.add_audit([*old, recent])
+        counts = await r.patrol.run_once()
+        page = await r.store.audit_page(AuditQuery(task="a"))
+    assert counts is not None and counts["retention"] == 5
+    assert [(e.actor, e.action) for e in page.items] == [("config", "change")]
 
 
 async def test_an_execution_past_its_deadline_held_by_a_live_node_is_taken_over_and_timed_out(

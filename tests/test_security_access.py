@@ -133,3 +133,37 @@ def test_callers_come_from_ecron_yaml_the_environment_and_a_tokens_file(tmp_path
     (tmp_path / "tokens.yaml").unlink()
     with pytest.raises(ConfigError, match="api_tokens_file': cannot read"):
         load_config(tmp_path, {})
+
+
+async def test_a_405_says_which_methods_the_path_takes(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """A method a path does not serve answers 405 with an `Allow` header naming the ones
+    it does (schemathesis's ST204), and the JSON error as every error."""
+    async with (
+        make_daemon([task("quick", f"{user_service.url}/jobs/quick")]) as daemon,
+        aiohttp.ClientSession() as session,
+        session.delete(f"http://127.0.0.1:{daemon.port}/api/v1/tasks/quick/run") as answer,
+    ):
+        allow, status, body = answer.headers.get("Allow"), answer.status, await answer.json()
+    assert status == 405 and body["error"] == "Method Not Allowed"
+    assert allow is not None and set(allow.split(",")) == {"POST"}
+
+
+async def test_the_document_declares_the_token_only_where_one_is_asked_for(
+    make_daemon: DaemonFactory,
+) -> None:
+    """Without a token the served OpenAPI document has no `apiToken` scheme and no
+    operation asks for one (nor answers 401); with one, every guarded operation asks for
+    it and answers 401 and 403."""
+    async with make_daemon([]) as daemon:
+        _, open_document = await send(daemon, "GET", "/api/v1/openapi.json")
+    async with make_daemon([], api_token="t0k") as daemon:
+        _, guarded = await send(daemon, "GET", "/api/v1/openapi.json")
+    assert "apiToken" not in open_document["components"]["securitySchemes"]
+    assert open_document["security"] == []
+    runs = open_document["paths"]["/api/v1/tasks/{name}/run"]["post"]
+    assert runs["security"] == [] and "401" not in runs["responses"]
+    guarded_run = guarded["paths"]["/api/v1/tasks/{name}/run"]["post"]
+    assert guarded_run["security"] == [{"apiToken": []}]
+    assert {"401", "403"} <= set(guarded_run["responses"])

@@ -182,7 +182,9 @@ def _refusal(
 ) -> Caller | web.Response:
     """The caller, or the answer that refuses the request (its actor kept on it)."""
     if not callers.configured:
-        why = origins.foreign(request, changes=needed is not None and request.method not in READS)
+        routed = request.match_info.http_exception is None  # a 404 or 405 changes nothing
+        changes = routed and needed is not None and request.method not in READS
+        why = origins.foreign(request, changes=changes)
         if why is None:
             return Caller(ANONYMOUS, Role.ADMIN)
         return _refuse(403, "refused: this request may come from another site", why, ANONYMOUS)
