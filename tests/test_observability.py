@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -149,20 +148,6 @@ async def test_log_lines_about_an_execution_carry_its_context_and_it_ends_with_o
     assert end["status"] == "SUCCESS" and end["reason"] is None
     assert end["duration_seconds"] >= 0 and end["trigger_lag_seconds"] >= 0
     assert end["attempt"] == 1 and end["log_level"] == "info"
-
-
-@pytest.fixture
-def json_logs() -> Iterator[io.StringIO]:
-    """The real log pipeline (JSON, redaction) writing into a buffer."""
-    buffer = io.StringIO()
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    logs.configure("json", "debug", stream=buffer)
-    try:
-        yield buffer
-    finally:
-        structlog.reset_defaults()
-        root.handlers, root.level = handlers, level
 
 
 async def test_no_secret_value_appears_in_any_log_line(

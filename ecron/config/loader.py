@@ -171,10 +171,9 @@ def _read_callers_file(data: dict[str, Any], root: Path, problems: list[str]) ->
     shown = str(path)
     try:
         text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        problems.append(
-            f"{DAEMON_FILE}: field 'api_tokens_file': cannot read {shown} ({exc.strerror})."
-        )
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the name; or not UTF-8
+        why = exc.strerror if isinstance(exc, OSError) else "not a readable name or UTF-8 text"
+        problems.append(f"{DAEMON_FILE}: field 'api_tokens_file': cannot read {shown} ({why}).")
         return
     try:
         found = yaml.safe_load(text)

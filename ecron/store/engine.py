@@ -74,7 +74,8 @@ class Engines:
                 raise StoreError(
                     f"database {url!r}: use a SQLite file; an in-memory database cannot be shared"
                 )
-            _owner_only(path)
+            if not read_only:  # a read-only look creates no file and changes no mode
+                _owner_only(path)
             self.dialect = Dialect("sqlite", skip_locked=False, path=path, insert=sqlite.insert)
             if read_only:  # SQLite refuses every write (and does not create a missing file)
                 url = f"sqlite+aiosqlite:///file:{quote(str(path))}?mode=ro&uri=true"
