@@ -19,12 +19,14 @@ from tests.support.service import UserService
 
 
 async def send(daemon: Daemon, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
-    """One request; the status and the JSON answer."""
+    """One request; the status and the answer (JSON when it is, else its text)."""
     async with (
         aiohttp.ClientSession() as session,
         session.request(method, f"http://127.0.0.1:{daemon.port}{path}", **kwargs) as answer,
     ):
-        return answer.status, await answer.json(content_type=None)
+        if answer.content_type == "application/json":
+            return answer.status, await answer.json()
+        return answer.status, await answer.text()
 
 
 async def test_s1_a_web_page_cannot_drive_or_read_an_api_without_a_token(
