@@ -132,6 +132,9 @@ def test_callers_come_from_ecron_yaml_the_environment_and_a_tokens_file(tmp_path
         with pytest.raises(ConfigError) as raised:
             load_config(tmp_path, {"ECRON_API_TOKENS": given})
         assert why in str(raised.value) and "adm1n" not in str(raised.value)
+    (tmp_path / "tokens.yaml").write_text("- {name: grafana, token: v1ew, role: boss}\n")
+    with pytest.raises(ConfigError, match=r"tokens.yaml: entry 1: field 'role': 'boss'"):
+        load_config(tmp_path, {})
     (tmp_path / "tokens.yaml").unlink()
     with pytest.raises(ConfigError, match="api_tokens_file': cannot read"):
         load_config(tmp_path, {})

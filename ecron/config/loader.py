@@ -21,6 +21,7 @@ from typing import Any, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from ecron.config.callers import ApiCaller
 from ecron.config.links import check_chains, check_reach
 from ecron.config.messages import HIDDEN, SECRET_PATH, Problems, explain, join, kind
 from ecron.config.model import Config, DaemonSettings, StepSpec, TaskSpec
@@ -167,6 +168,7 @@ def _read_callers_file(data: dict[str, Any], root: Path, problems: list[str]) ->
     named = data.get("api_tokens_file")
     if not isinstance(named, str) or not named.strip():
         return  # unset, or not text: validation says what is wrong
+    before = len(problems)
     path = root / named
     shown = str(path)
     try:
@@ -184,6 +186,14 @@ def _read_callers_file(data: dict[str, Any], root: Path, problems: list[str]) ->
         found = found["api_tokens"]
     if not isinstance(found, list):
         problems.append(f"{shown}: must hold a list of {{name, token, role}}, not {kind(found)}.")
+        return
+    for number, entry in enumerate(found, start=1):  # each one's problems name this file
+        try:
+            ApiCaller.model_validate(entry)
+        except ValidationError as exc:
+            for where, text in explain(exc, ApiCaller, skip=[]):
+                problems.append(f"{shown}: entry {number}: field '{where or 'the entry'}': {text}")
+    if len(problems) > before:
         return
     given = data.get("api_tokens") or []
     if isinstance(given, str):
