@@ -14,6 +14,8 @@ from pydantic import BaseModel, ValidationError
 #: (field path, what is wrong)
 Problems = list[tuple[str, str]]
 #: Fields whose values are secrets: a problem with one never quotes the value.
+#: The daemon's own file in a config directory, as problems name it.
+DAEMON_FILE = "ecron.yaml"
 SECRET_PATH = re.compile(
     r"(^|\.)(secret|api_token|api_tokens)$|(^|\.)api_tokens\[\d+\]\.token$"
     r"|(^|\.)headers(\.|\[|$)|webhooks\[\d+\]\.url$"
