@@ -5,14 +5,16 @@ An entry is logged (``api_audit``) the moment it is made, and written to the dat
 the others of the next ``AUDIT_LINGER``, many per statement, so that a run asked through
 the API costs no second transaction. A reader of the log (GET /audit) has the node's
 pending entries written first, so it never misses its own node's latest. A crash loses at
-most the entries of the last ``AUDIT_LINGER``, never their log lines. No token is ever
-part of an entry.
+most the entries of the last ``AUDIT_LINGER``, never their log lines; so does a write the
+database refuses after the store's retries (logged ``audit_not_recorded``). No token is
+ever part of an entry.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from datetime import timedelta
 from typing import Any
 
@@ -26,8 +28,7 @@ log = structlog.get_logger(__name__)
 
 #: Entries are written at most this much later, many at once.
 AUDIT_LINGER = timedelta(milliseconds=50)
-#: Entries kept for a later write while the database fails, at most (the oldest go first,
-#: each still in the log).
+#: Entries waiting for their write, at most (the oldest go first, each still in the log).
 MAX_PENDING = 10_000
 
 
@@ -39,6 +40,9 @@ class AuditLog:
         self.clock = clock
         self._pending: list[AuditEntry] = []
         self._flusher: asyncio.Task[None] | None = None
+        #: Set when the daemon stops: a lingering write goes at once (never cancelled: a
+        #: transaction cut off could leave SQLite's write lock held).
+        self._closing = asyncio.Event()
 
     def record(
         self,
@@ -55,7 +59,14 @@ class AuditLog:
         """One entry, logged now (unless ``logged`` is False: the caller logs it another
         way) and written within ``AUDIT_LINGER``."""
         entry = AuditEntry(
-            self.clock.now(), actor, action, target[:300], task, status, remote, detail
+            self.clock.now(),
+            _text(actor),
+            _text(action),
+            _text(target)[:300],
+            None if task is None else _text(task)[:200],
+            status,
+            None if remote is None else _text(remote)[:100],
+            detail,
         )
         if logged:
             self._log(entry)
@@ -103,7 +114,8 @@ class AuditLog:
         return await self.store.audit_page(query)
 
     async def _linger(self) -> None:
-        await asyncio.sleep(AUDIT_LINGER.total_seconds())
+        with suppress(TimeoutError):
+            await asyncio.wait_for(self._closing.wait(), AUDIT_LINGER.total_seconds())
         await self.flush()
 
     async def flush(self) -> None:
@@ -113,12 +125,17 @@ class AuditLog:
             return
         try:
             await self.store.add_audit(entries)
-        except Exception:
+        except Exception:  # the store retried what passes; each entry is in the log already
             log.exception("audit_not_recorded", entries=len(entries))
-            self._pending[:0] = entries[-MAX_PENDING:]  # kept for the next write
 
     async def close(self) -> None:
-        """Write what is pending (the daemon stops)."""
-        if self._flusher is not None and not self._flusher.done():
-            self._flusher.cancel()
+        """Write what is pending (the daemon stops), without cutting a write short."""
+        self._closing.set()
+        if self._flusher is not None:
+            await self._flusher
         await self.flush()
+
+
+def _text(value: str) -> str:
+    """Text as a database column can hold it: PostgreSQL's text holds no NUL."""
+    return value.replace("\x00", "\\0") if "\x00" in value else value

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from datetime import datetime, timedelta
 
 import structlog
@@ -85,6 +86,9 @@ class Bookkeeping:
         self._stamp: set[str] = set()
         self._stamped: dict[str, datetime] = {}
         self._flusher: asyncio.Task[None] | None = None
+        #: Set when the daemon stops: a lingering write goes at once, never cancelled (a
+        #: transaction cut off could leave SQLite's write lock held).
+        self._closing = asyncio.Event()
         #: Rung when there is a new fire time to claim (an ``after`` schedule).
         self.scheduler_wakeup = scheduler_wakeup
 
@@ -197,12 +201,14 @@ class Bookkeeping:
 
     async def close(self) -> None:
         """Record what is waiting, now (the daemon stops)."""
-        if self._flusher is not None and not self._flusher.done():
-            self._flusher.cancel()
+        self._closing.set()
+        if self._flusher is not None:
+            await self._flusher
         await self.flush()
 
     async def _record_successes(self) -> None:
-        await asyncio.sleep(SUCCESS_LINGER.total_seconds())
+        with suppress(TimeoutError):
+            await asyncio.wait_for(self._closing.wait(), SUCCESS_LINGER.total_seconds())
         await self.flush()
 
     async def flush(self) -> None:

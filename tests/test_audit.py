@@ -1,0 +1,69 @@
+"""The audit log's own rules, on SQLite and PostgreSQL: what any request may put in an entry
+is stored (a NUL included, which PostgreSQL's text cannot hold), and stopping the daemon
+never cuts a write of entries short."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime
+
+import pytest
+
+from ecron.audit import AuditLog
+from ecron.clock import Clock
+from ecron.core.audit import AuditEntry, AuditQuery
+from ecron.store.migrate import upgrade
+from ecron.store.sql import SqlStore
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[SqlStore]:
+    """A migrated store on the test database."""
+    opened = SqlStore.open(database_url)
+    await upgrade(opened.engines)
+    yield opened
+    await opened.close()
+
+
+async def test_an_entry_with_a_nul_character_is_stored_with_it_written_out(
+    store: SqlStore,
+) -> None:
+    """A path with a NUL (`/api/v1/tasks/n%00/run`) is audited like any other: the NUL is
+    written `\\0`, so PostgreSQL takes the entry and the entries written with it."""
+    audit = AuditLog(store, Clock())
+    audit.record("anonymous", "run", "n\x00", task="n\x00", status=404, remote="127.0.0.1")
+    audit.record("anonymous", "run", "n", task="n", status=202, remote="127.0.0.1")
+    await audit.close()
+    page = await store.audit_page(AuditQuery())
+    assert [(e.target, e.status) for e in page.items] == [("n", 202), ("n\\0", 404)]
+
+
+async def test_stopping_waits_for_a_write_under_way_instead_of_cutting_it_short(
+    store: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`close()` while the lingering write is inside its transaction lets it finish (a
+    transaction cut off by cancellation could leave SQLite's write lock held, and the
+    entries would be lost): the entry is stored and the database takes writes after."""
+    audit = AuditLog(store, Clock())
+    inside, go_on = asyncio.Event(), asyncio.Event()
+    real = store.add_audit
+
+    async def slow_write(entries: Sequence[AuditEntry]) -> None:
+        inside.set()
+        await go_on.wait()
+        await real(entries)
+
+    monkeypatch.setattr(store, "add_audit", slow_write)
+    audit.record("ci", "run", "report", task="report", status=202)
+    await inside.wait()
+    closing = asyncio.create_task(audit.close())
+    await asyncio.sleep(0)  # let close() reach its wait (a turn of the loop, not a delay)
+    assert not closing.done()
+    go_on.set()
+    await closing
+    monkeypatch.undo()
+    later = AuditEntry(datetime.now(UTC), "config", "change", "report", "report")
+    await store.add_audit([later])
+    page = await store.audit_page(AuditQuery(task="report"))
+    assert [(e.actor, e.action) for e in page.items] == [("config", "change"), ("ci", "run")]
