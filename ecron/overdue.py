@@ -27,15 +27,16 @@ log = structlog.get_logger(__name__)
 
 def overdue_at(spec: TaskSpec, task: TaskState) -> datetime | None:
     """When ``task`` is overdue (its newest success, or its addition, plus
-    ``success_within``), or None: no ``expect``, or ``task_overdue`` was raised already
-    since its newest success."""
-    if spec.expect is None:
+    ``success_within``), or None: no ``expect.success_within``, or ``task_overdue`` was
+    raised already since its newest success."""
+    within = None if spec.expect is None else spec.expect.success_within
+    if within is None:
         return None
     raised = task.overdue_at
     if raised is not None and (task.last_success_at is None or raised >= task.last_success_at):
         return None
     since = task.last_success_at or task.created_at
-    return None if since is None else since + spec.expect.success_within
+    return None if since is None else since + within
 
 
 class Overdue:
@@ -65,11 +66,13 @@ class Overdue:
         gauge.keep_only(self.specs)
 
     async def check(self, now: datetime) -> int:
-        """Raise ``task_overdue`` for each task with ``expect`` that is overdue at ``now``
-        and was not alerted for it yet; how many were raised (by this node)."""
+        """Raise ``task_overdue`` for each task with ``expect.success_within`` that is
+        overdue at ``now`` and was not alerted for it yet; how many were raised (by this
+        node)."""
         raised = 0
         for name, spec in list(self.specs.items()):
-            if spec.expect is None:
+            within = None if spec.expect is None else spec.expect.success_within
+            if within is None:
                 continue
             task = await self.store.get_task(name)
             if task is None or task.retired:
@@ -78,7 +81,7 @@ class Overdue:
             if due is None or due > now or not await self.store.mark_overdue(task, now):
                 continue
             details = {
-                "success_within": format_duration(spec.expect.success_within),
+                "success_within": format_duration(within),
                 "last_success_at": iso(task.last_success_at),
                 "overdue_since": iso(due),
             }

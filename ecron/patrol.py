@@ -2,10 +2,10 @@
 
 Every ``patrol_interval`` one node (whichever holds the lock) runs each job in turn:
 automatic resume of interrupted executions, stale detection, chained runs whose start a
-node's death lost (``Chains.sweep``), overdue tasks (``Overdue.check``), history retention,
-and the follow-ups of ends whose book-keeping a node's death cut off.
-The jobs are isolated: one that raises is logged and the others, and the scheduler,
-go on.
+node's death lost (``Chains.sweep``), overdue tasks (``Overdue.check``), stalled executions
+(``Stalled.check``), history retention, and the follow-ups of ends whose book-keeping a
+node's death cut off. The jobs are isolated: one that raises is logged and the others, and
+the scheduler, go on.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from ecron.engine import Engine
 from ecron.errors import Conflict, NotFound, NothingToResume
 from ecron.leases import Leases
 from ecron.overdue import Overdue
+from ecron.stalled import Stalled
 from ecron.store.base import Store
 
 log = structlog.get_logger(__name__)
@@ -67,11 +68,13 @@ class Patrol:
         self.overdue = Overdue(
             store=store, specs=specs, metrics=engine.metrics, alert=bookkeeping.alert
         )
+        self.stalled = Stalled(store=store, specs=specs, alert=bookkeeping.alert)
         self.jobs: dict[str, Job] = {
             "resume": self.auto_resume,
             "stale": self.stale,
             "chains": self.chains,
             "overdue": self.overdue.check,
+            "stalled": self.stalled.check,
             "retention": self.retention,
             "follow_ups": self.follow_ups,
         }

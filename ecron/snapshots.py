@@ -3,20 +3,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from ecron.clock import iso
-from ecron.core import RECENT_RUNS, Execution, Step, estimate_end, needs_history
+from ecron.config.model import TaskSpec
+from ecron.core import RECENT_RUNS, Execution, Step, estimate_end, is_stalled, needs_history
 from ecron.store.base import Store, TaskState
 
 
+def progress_within(spec: TaskSpec | None) -> timedelta | None:
+    """The task's ``expect.progress_within`` (None: its executions are never stalled)."""
+    return None if spec is None or spec.expect is None else spec.expect.progress_within
+
+
 async def execution_snapshots(
-    store: Store, executions: Sequence[Execution], now: datetime
+    store: Store,
+    executions: Sequence[Execution],
+    now: datetime,
+    specs: Mapping[str, TaskSpec],
 ) -> list[dict[str, Any]]:
     """The snapshots of ``executions`` as the API answers them, seen at ``now``: each naming
-    its resume and the chained executions it set off, each RUNNING one with its ETA. What
+    its resume and the chained executions it set off, each RUNNING one with its ETA and
+    whether it is stalled (by its task's ``expect`` in ``specs``, the config). What
     they need from the store is read for all of them at once (one read of resumes, one of
     the executions set off by the final ones, one of recent durations), whatever their
     number."""
@@ -32,6 +42,7 @@ async def execution_snapshots(
             resumes.get(e.eid),
             eta=estimate_end(e, now, history.get(e.task, ())),
             downstream=downstream.get(e.eid, ()),
+            stalled=is_stalled(e, progress_within(specs.get(e.task)), now),
         )
         for e in executions
     ]
@@ -43,11 +54,13 @@ def execution_snapshot(
     *,
     eta: datetime | None = None,
     downstream: Sequence[str] = (),
+    stalled: bool = False,
 ) -> dict[str, Any]:
     """Everything people need to know about one execution (``resumed_by``: the id of its
     resume, when it was resumed; ``eta``: when it will likely end, see
     ``ecron.core.estimate_end``; alerts, about ended executions, have none; ``downstream``:
-    the executions of chained tasks that its end set off)."""
+    the executions of chained tasks that its end set off; ``stalled``: see
+    ``ecron.core.is_stalled``)."""
     return {
         "id": execution.eid,
         "task": execution.task,
@@ -63,6 +76,8 @@ def execution_snapshot(
         "created_at": iso(execution.created_at),
         "triggered_at": iso(execution.triggered_at),
         "last_report_at": iso(execution.last_report_at),
+        "progress_at": iso(execution.progress_at),
+        "stalled": stalled,
         "finished_at": iso(execution.finished_at),
         "deadline": iso(execution.deadline),
         "resume_of": execution.resume_of,

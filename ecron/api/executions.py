@@ -61,7 +61,7 @@ async def snapshots(request: web.Request, executions: list[Execution]) -> list[d
     """Snapshots of ``executions``, each naming its resume when it has one, with its ETA
     (the store read once for the lot, see ``execution_snapshots``)."""
     ctx = context(request)
-    return await execution_snapshots(ctx.store, executions, ctx.clock.now())
+    return await execution_snapshots(ctx.store, executions, ctx.clock.now(), ctx.commands.specs)
 
 
 async def snapshot(request: web.Request, execution: Execution) -> dict[str, Any]:

@@ -76,6 +76,13 @@ class ExecutionSnapshot(Answer):
     created_at: Time
     triggered_at: Time | None
     last_report_at: Time | None
+    progress_at: Time | None = Field(
+        description="when a report last changed its progress; null while none has"
+    )
+    stalled: bool = Field(
+        description="true while RUNNING with its progress unmoved for its task's "
+        "expect.progress_within (since progress_at, else triggered_at); else false"
+    )
     finished_at: Time | None
     deadline: Time | None
     resume_of: str | None = Field(description="the id of the execution this one resumes")

@@ -17,7 +17,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from ecron.cli.client import ApiError, segment
-from ecron.cli.display import Times, progress_text, short_length, status_text, table
+from ecron.cli.display import (
+    Times,
+    progress_text,
+    short_length,
+    stalled_text,
+    status_text,
+    table,
+)
 from ecron.cli.group import cli
 from ecron.cli.options import api_options, client, fail, json_option, wide_option
 from ecron.cli.upcoming import print_upcoming
@@ -195,7 +202,8 @@ def show(eid: str, as_json: bool, wide: bool, api: str, token: str | None) -> No
         if key == "status":
             text = status_text(item)
         elif key == "progress":
-            text = str(value) if wide else f"{value:.0f}%"
+            shown = str(value) if wide else f"{value:.0f}%"
+            text = " ".join(filter(None, (shown, stalled_text(item))))
         elif key in _TIMES:
             text = when(value)
         elif key == "downstream":

@@ -132,7 +132,23 @@ def table(
 
 
 def progress_text(item: dict[str, Any]) -> str:
-    """``42%`` while an execution (or step) has not ended, nothing once it has."""
+    """``42%`` while an execution (or step) has not ended, nothing once it has; with
+    ``stalled 12 min`` after it while the execution is stalled (``stalled_text``)."""
     if item["status"] in FINAL or item["status"] == "SCHEDULED":
         return ""
-    return f"{item['progress']:.0f}%"
+    stalled = stalled_text(item)
+    return f"{item['progress']:.0f}% {stalled}" if stalled else f"{item['progress']:.0f}%"
+
+
+def stalled_text(item: dict[str, Any], now: datetime | None = None) -> str:
+    """``stalled 42 min`` (for how long its progress has not moved, by this computer's
+    clock) while the snapshot says the execution is stalled; nothing otherwise."""
+    if not item.get("stalled"):
+        return ""
+    since = parse_time(item.get("progress_at") or item.get("triggered_at"))
+    ago = "" if since is None else relative(since, now or datetime.now(UTC))
+    if ago.endswith(" ago"):
+        return f"[yellow]stalled {ago.removesuffix(' ago')}[/]"
+    if ago in ("", "now") or ago.startswith("in "):  # this clock is behind the daemon's
+        return "[yellow]stalled[/]"
+    return f"[yellow]stalled since {ago}[/]"  # a day or more: the date

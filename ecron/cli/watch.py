@@ -20,7 +20,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.text import Text
 
 from ecron.cli.client import ApiClient, ApiError, segment
-from ecron.cli.display import FINAL, parse_time, relative, status_text
+from ecron.cli.display import FINAL, parse_time, relative, stalled_text, status_text
 from ecron.cli.group import cli
 from ecron.cli.options import api_options, client, fail
 
@@ -88,7 +88,7 @@ def _fields(item: dict[str, Any], width: int) -> dict[str, Any]:
     """What the bar's row shows of ``item``, its message cut to what the line has left."""
     fields = {
         "label": escape(item["task"]),
-        "status": status_text(item),
+        "status": " ".join(filter(None, (status_text(item), stalled_text(item)))),
         "eta": eta_text(item),
     }
     used = BAR_WIDTH + 4 + sum(Text.from_markup(text).cell_len for text in fields.values())

@@ -134,6 +134,7 @@ AlertEvent = Literal[
     "resume_chain_exhausted",
     "task_overdue",
     "fire_skipped",
+    "execution_stalled",
 ]
 ALERT_EVENTS: tuple[AlertEvent, ...] = get_args(AlertEvent)
 
@@ -260,7 +261,9 @@ class TaskSpec(_Strict):
     pool: PoolSpec | None = None
     #: Windows in which no fire time runs.
     blackout: list[Blackout] = Field(default_factory=list)
-    #: ``{success_within: 26h}``: alert ``task_overdue`` when no SUCCESS for that long.
+    #: ``{success_within: 26h}``: alert ``task_overdue`` when no SUCCESS for that long;
+    #: ``{progress_within: 30m}``: alert ``execution_stalled`` when a RUNNING execution's
+    #: progress has not moved for that long.
     expect: Expect | None = None
 
     _url = field_validator("url", "batch_poll_url")(check_url)

@@ -8,7 +8,7 @@ import re
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ecron.calendars import Exclusions
 from ecron.durations import Duration
@@ -98,16 +98,25 @@ class Blackout(_Strict):
 
 
 class Expect(_Strict):
-    """What is expected of a task: a SUCCESS at least every ``success_within``."""
+    """What is expected of a task: a SUCCESS at least every ``success_within``
+    (``task_overdue``), and a RUNNING execution's progress moving at least every
+    ``progress_within`` (``execution_stalled``); one of them at least."""
 
-    success_within: Duration
+    success_within: Duration | None = None
+    progress_within: Duration | None = None
 
-    @field_validator("success_within")
+    @field_validator("success_within", "progress_within")
     @classmethod
-    def _positive(cls, value: timedelta) -> timedelta:
-        if value <= timedelta(0):
+    def _positive(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and value <= timedelta(0):
             raise ValueError("must be longer than zero")
         return value
+
+    @model_validator(mode="after")
+    def _something(self) -> Expect:
+        if self.success_within is None and self.progress_within is None:
+            raise ValueError("expect needs success_within, progress_within or both")
+        return self
 
 
 def exclusions(

@@ -21,6 +21,7 @@ from ecron.core.machine import (
 )
 from ecron.core.model import Execution, InvalidReport, Report, Step, parse_report
 from ecron.core.plans import FirePlan, Gate, Holder
+from ecron.core.stall import is_stalled, progress_since
 from ecron.core.status import (
     ACTIVE,
     FINAL,
@@ -69,8 +70,10 @@ __all__ = [
     "due_at",
     "estimate_end",
     "in_flight",
+    "is_stalled",
     "needs_history",
     "ownership",
     "parse_report",
+    "progress_since",
     "typical_duration",
 ]

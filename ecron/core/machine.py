@@ -291,9 +291,11 @@ def _apply_to_step(execution: Execution, event: Event, now: datetime) -> Transit
         finished_at=call.finished_at,
     )
     steps = _replace_step(execution, new_step)
+    progress = sum(s.progress for s in steps) / len(steps)
     after = execution.evolve(
         steps=steps,
-        progress=sum(s.progress for s in steps) / len(steps),
+        progress=progress,
+        progress_at=now if progress != execution.progress else execution.progress_at,
         message=call.message,
         probe_failures=call.probe_failures,
         last_report_at=call.last_report_at,
@@ -338,12 +340,14 @@ def _apply_report(
             # The common case, kept cheap: a poll that says nothing new is not written.
             return Transition(execution, execution, ignored="nothing new")
         # One copy with every change: this is the path of every poll that moves progress.
+        progress = clamp_progress(progress)
         after = execution.evolve(
             status=Status.RUNNING,
-            progress=clamp_progress(progress),
+            progress=progress,
             message=message,
             probe_failures=0,
             last_report_at=now,
+            progress_at=now if progress != execution.progress else execution.progress_at,
         )
         return Transition(execution, after)
     heard = {"probe_failures": 0, "last_report_at": now}

@@ -184,6 +184,8 @@ class Execution:
     result_truncated: bool = False
     triggered_at: datetime | None = None
     last_report_at: datetime | None = None
+    #: When a report last changed its progress; None while none has (``core.stall``).
+    progress_at: datetime | None = None
     finished_at: datetime | None = None
     deadline: datetime | None = None
     #: A claimed execution does not start before this (its fire time plus jitter, a retry's

@@ -406,6 +406,16 @@ class Store(abc.ABC):
         that recorded it (any later call, from any node, gets False)."""
 
     @abc.abstractmethod
+    async def unmoving(self, since: Mapping[str, datetime], limit: int) -> list[Execution]:
+        """RUNNING executions of the tasks in ``since`` whose progress has not moved since
+        that task's moment (``core.progress_since``) and that ``mark_stalled`` did not mark."""
+
+    @abc.abstractmethod
+    async def mark_stalled(self, eid: str, now: datetime) -> bool:
+        """Record that ``execution_stalled`` is raised about ``eid`` at ``now`` (its version
+        unchanged); True for the one caller that recorded it, from any node."""
+
+    @abc.abstractmethod
     async def stuck(
         self, now: datetime, silent_since: Mapping[str, datetime], limit: int
     ) -> list[Execution]:

@@ -2,9 +2,10 @@
 
 Reads and the state writes of executions live here; claims and leases in
 ``sql_leases``, tasks in ``sql_tasks``, lookups by eid prefix and of recent durations in
-``sql_lookups``, chains in ``sql_chains``. Every operation but ``ping`` and ``exclusive`` is
-one transaction run again on a transient error (``retry``, whose docstring says why that
-is safe for each kind); the dialect's statements and batches are chosen once, here.
+``sql_lookups``, chains in ``sql_chains``, stalled executions in ``sql_stalled``. Every
+operation but ``ping`` and ``exclusive`` is one transaction run again on a transient error
+(``retry``, whose docstring says why that is safe for each kind); the dialect's statements
+and batches are chosen once, here.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ecron.store.sql_chains import ChainOperations
 from ecron.store.sql_leases import LeaseOperations, advance_batch, take_batch
 from ecron.store.sql_lookups import LookupOperations
 from ecron.store.sql_pools import PoolOperations
+from ecron.store.sql_stalled import StalledOperations
 from ecron.store.sql_tasks import TaskOperations, stamps_batch, successes_batch
 from ecron.store.tables import (
     execution_table,
@@ -58,6 +60,7 @@ STATE_COLUMNS = (
     "result_truncated",
     "triggered_at",
     "last_report_at",
+    "progress_at",
     "finished_at",
     "deadline",
     "not_before",
@@ -89,6 +92,7 @@ class SqlStore(
     ChainOperations,
     PoolOperations,
     AuditOperations,
+    StalledOperations,
     Store,
 ):
     """The store on SQLAlchemy Core; see ``Store`` for the contract of each operation."""
@@ -462,7 +466,7 @@ class SqlStore(
 
 def _changed(before: Execution, after: Execution) -> tuple[str, ...]:
     """The state columns ``after`` changes: only those are written (most writes are a
-    poll's progress: three columns of fifteen). The lease only where the write moves it
+    poll's progress: four columns of seventeen). The lease only where the write moves it
     (renewals do not raise the version, so this node's copy of it may be older than the
     row's)."""
     return tuple(name for name in STATE_COLUMNS if getattr(before, name) != getattr(after, name))

@@ -134,6 +134,8 @@ class ExecutionRow(SQLModel, table=True):
     created_at: datetime = Field(sa_type=UTCDateTime)
     triggered_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     last_report_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    #: When a report last changed its progress (``execution_stalled``).
+    progress_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     finished_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     deadline: datetime | None = Field(default=None, sa_type=UTCDateTime)
     not_before: datetime | None = Field(default=None, sa_type=UTCDateTime)
@@ -146,6 +148,9 @@ class ExecutionRow(SQLModel, table=True):
     lease_until: datetime | None = Field(default=None, sa_type=UTCDateTime)
     #: When the patrol gave up resuming it automatically (not a domain field: patrol only).
     resume_given_up_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    #: When the patrol raised ``execution_stalled`` about it (patrol only: once per
+    #: execution, whatever node; never written by a state write, nor raising the version).
+    stalled_alerted_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     #: Raised on every claim: a write under an older fence is refused.
     fence: int = 0
     #: Raised on every write: compare-and-set against concurrent writers.

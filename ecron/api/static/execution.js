@@ -3,7 +3,7 @@
 
 import {
   ACTIVE, FINAL, RESUMABLE, bar, barColumn, button, etaText, executionLink, get, h, percent,
-  put, quote, setBar, setText, statusNode, syncRows, textOf, timeNode, when,
+  put, quote, setBar, setText, stalledBadge, statusNode, syncRows, textOf, timeNode, when,
 } from "./view.js";
 
 // How far the resume chain is followed each way.
@@ -25,7 +25,8 @@ function renderDetails(e) {
   const list = document.getElementById("execution-details");
   const show = (name, label, signature, build) => put(detail(list, name, label), signature, build);
   show("task", "task", e.task, () => h("a", {href: "#/?task=" + quote(e.task)}, e.task));
-  show("status", "status", [e.status, e.reason], () => statusNode(e));
+  show("status", "status", [e.status, e.reason, e.stalled],
+    () => [statusNode(e), " ", stalledBadge(e)]);
   show("progress", "progress", ["bar", e.id], () => bar(`progress of ${e.id}`));
   setBar(detail(list, "progress").firstChild, e.progress);
   const eta = etaText(e);
@@ -36,6 +37,7 @@ function renderDetails(e) {
   show("trigger", "trigger", kind, () => kind);
   for (const [field, label] of [["scheduled_at", "scheduled"], ["created_at", "created"],
     ["triggered_at", "triggered"], ["last_report_at", "last report"],
+    ["progress_at", "progress moved"],
     ["finished_at", "finished"], ["deadline", "deadline"]]) {
     show(field, label, e[field], () => timeNode(e[field]));
   }

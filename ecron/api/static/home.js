@@ -3,7 +3,7 @@
 
 import {
   Pager, RESUMABLE, STATUSES, barColumn, button, counted, etaText, executionLink, get, h,
-  put, quote, statusNode, stepsInline, syncRows, textOf, timeNode,
+  put, quote, stalledBadge, statusNode, stepsInline, syncRows, textOf, timeNode,
 } from "./view.js";
 
 // Where the history stands (its buttons: #page-older, #page-newer, #page-newest).
@@ -42,7 +42,7 @@ const POOL_COLUMNS = [
 const RUNNING_COLUMNS = [
   e => [[e.id, e.steps.map(s => s.status)], () => [executionLink(e.id), stepsInline(e)]],
   e => [e.task, () => e.task],
-  e => [[e.status, e.reason], () => statusNode(e)],
+  e => [[e.status, e.reason, e.stalled], () => [statusNode(e), " ", stalledBadge(e)]],
   barColumn(e => `progress of ${e.id}`),
   e => { const text = etaText(e); return [text, () => h("span", {class: "eta"}, text)]; },
   e => [e.message, () => h("span", {class: "message"}, textOf(e.message))],

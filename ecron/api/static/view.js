@@ -137,6 +137,15 @@ export function statusNode(item) {
     item.reason ? h("span", {class: "muted"}, ` (${item.reason})`) : null);
 }
 
+// A badge while the snapshot says the execution is stalled (RUNNING, its progress unmoved
+// for its task's expect.progress_within); nothing otherwise. Text only.
+export function stalledBadge(item) {
+  if (!item.stalled) return null;
+  const since = item.progress_at || item.triggered_at;
+  return h("span", {class: "stalled", title: since ? `progress unmoved since ${since}` : null},
+    "stalled");
+}
+
 export function percent(progress) {
   return Math.max(0, Math.min(100, Number(progress) || 0));
 }
