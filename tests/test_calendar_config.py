@@ -214,7 +214,7 @@ def test_the_examples_of_the_calendars_guide_load_and_validate_as_it_says(tmp_pa
     shows."""
     guide = (Path(__file__).resolve().parent.parent / "docs" / "calendars.md").read_text()
     blocks = re.findall(r"```yaml\n(.*?)```", guide, re.DOTALL)
-    calendars, reports, chains, expect, daemon = blocks
+    calendars, reports, chains, expect, stalled, daemon = blocks
     write(
         tmp_path,
         daemon,
@@ -222,6 +222,7 @@ def test_the_examples_of_the_calendars_guide_load_and_validate_as_it_says(tmp_pa
         b_reports=reports,
         c_chains=chains,
         d_expect=expect.replace("nightly-report", "nightly-report-expected"),
+        e_stalled=stalled.replace("nightly-report", "nightly-report-stalled"),
     )
 
     code, lines = validation_report(tmp_path, datetime(2026, 12, 22, 12, tzinfo=UTC), {})
