@@ -58,8 +58,8 @@ def _answer(path: str) -> web.Response:
 
 @routes.get("/")
 async def dashboard(_request: web.Request) -> web.Response:
-    """Tasks, running executions with progress bars and ETA, history with filters, and one
-    execution's page (``/#/executions/<eid>``)."""
+    """Tasks, running executions with progress bars and ETA, history with filters, one
+    execution's page (``/#/executions/<eid>``) and one task's (``/#/tasks/<name>``)."""
     return _answer("/")
 
 

@@ -5,24 +5,28 @@
 // It first asks who the token names (GET /caller) and shows only the controls that
 // caller's role allows (view.js, `may`); without a valid token it asks nothing more until
 // one is saved. Routes live in the fragment: #/?task=&status=&limit= (tasks, running,
-// history: home.js), #/executions/<eid> (one execution: execution.js) and
+// history: home.js), #/executions/<eid> (one execution: execution.js), #/tasks/<name>
+// (one task: task.js) and
 // #/audit?actor=&task= (the audit log, admins only: audit.js). view.js makes every
 // element, from text only.
 
 import {auditHash, auditPages, refreshAudit} from "./audit.js";
 import {refreshExecution} from "./execution.js";
 import {filtersHash, historyPages, homeFilters, refreshHome} from "./home.js";
+import {refreshTask} from "./task.js";
 import {TOKEN_KEY, askCaller, call, caller, may, quote, savedToken, setText} from "./view.js";
 
-const REFRESH_MS = {home: 2000, execution: 1000, audit: 2000};
+const REFRESH_MS = {home: 2000, execution: 1000, audit: 2000, task: 2000};
 const VIEWS = {home: refreshHome, execution: here => refreshExecution(here.eid),
-  audit: refreshAudit};
+  audit: refreshAudit, task: here => refreshTask(here.name)};
 const loop = {busy: false, again: false, timer: 0};
 
 // The view the fragment names; the audit log only for a caller that may read it.
 function route() {
   const match = location.hash.match(/^#\/executions\/([^/?]+)/);
   if (match) return {view: "execution", eid: decodeURIComponent(match[1])};
+  const task = location.hash.match(/^#\/tasks\/([^/?]+)/);
+  if (task) return {view: "task", name: decodeURIComponent(task[1])};
   if (/^#\/audit(\?|$)/.test(location.hash) && may("audit")) return {view: "audit"};
   return {view: "home"};
 }

@@ -5,12 +5,13 @@ import {
   Pager, RESUMABLE, STATUSES, barColumn, button, counted, etaText, executionLink, get, h,
   put, quote, stalledBadge, statusNode, stepsInline, syncRows, textOf, timeNode,
 } from "./view.js";
+import {recentColumn} from "./task.js";
 
 // Where the history stands (its buttons: #page-older, #page-newer, #page-newest).
 export const historyPages = new Pager("page");
 
 const TASK_COLUMNS = [
-  t => [t.name, () => h("a", {href: "#/?task=" + quote(t.name)}, h("code", {}, t.name))],
+  t => [t.name, () => h("a", {href: "#/tasks/" + quote(t.name)}, h("code", {}, t.name))],
   t => [t.schedule_text, () => t.schedule_text],
   t => [t.next_fire_at, () => timeNode(t.next_fire_at)],
   t => [[t.paused, t.paused_reason, t.enabled], () => t.paused
@@ -22,6 +23,7 @@ const TASK_COLUMNS = [
     return [last && [last.id, last.status, last.reason], () => last
       ? [statusNode(last), " ", executionLink(last.id)] : "–"];
   },
+  recentColumn,
   t => [t.paused, () => [button("run now", "run", t.name),
     t.paused ? button("unpause", "unpause", t.name) : button("pause", "pause", t.name)]],
 ];
@@ -66,6 +68,20 @@ const HISTORY_COLUMNS = [
 ];
 
 
+// The tasks' last runs, for their strips: one page of the newest executions of every task.
+const RECENT_PAGE = 500;
+const RECENT_RUNS = 20;
+
+// Each task's last RECENT_RUNS runs among `newest` (newest first), oldest first.
+function recentRuns(tasks, newest) {
+  const runs = new Map(tasks.map(t => [t.name, []]));
+  for (const e of newest) {
+    const of = runs.get(e.task);
+    if (of && of.length < RECENT_RUNS) of.push(e);
+  }
+  return tasks.map(t => ({...t, recent: runs.get(t.name).reverse()}));
+}
+
 const PAGE_SIZES = ["10", "50", "200"];
 const DEFAULT_PAGE_SIZE = "50";
 
@@ -104,17 +120,18 @@ export async function refreshHome() {
   document.title = "ecron";
   const filters = homeFilters();
   historyPages.filter(JSON.stringify(filters));
-  const [tasks, pools, running, pending, history] = await Promise.all([
+  const [tasks, pools, running, pending, history, recent] = await Promise.all([
     get("/tasks"),
     get("/pools"),
     get("/executions?status=RUNNING&limit=200"),
     get("/executions?status=PENDING&limit=200"),
     get(historyPath(filters)),
+    get(`/executions?limit=${RECENT_PAGE}`),
   ]);
   const active = [...running.items, ...pending.items];
   fillFilters(tasks.items, filters);
-  syncRows(document.getElementById("tasks"), tasks.items, t => t.name, TASK_COLUMNS,
-    "no tasks");
+  syncRows(document.getElementById("tasks"), recentRuns(tasks.items, recent.items), t => t.name,
+    TASK_COLUMNS, "no tasks");
   document.getElementById("pools-section").hidden = !pools.items.length;
   syncRows(document.getElementById("pools"), pools.items, p => p.name, POOL_COLUMNS, "no pools");
   syncRows(document.getElementById("running"), active, e => e.id, RUNNING_COLUMNS,
