@@ -264,7 +264,8 @@ class TaskSpec(_Strict):
     #: ``{success_within: 26h}``: alert ``task_overdue`` when no SUCCESS for that long.
     expect: Expect | None = None
     #: A fixed-time cron job across daylight saving time changes (``gap``, ``fold``); None
-    #: (not written) is the default policy, and leaves the spec's digest as it was.
+    #: (not written) is the default policy, as is its absence from a spec stored before the
+    #: key existed (so an upgrade restarts no schedule: ``store.changes.SCHEDULING``).
     dst: DstSettings | None = None
 
     _url = field_validator("url", "batch_poll_url")(check_url)
