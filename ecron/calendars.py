@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from enum import StrEnum
 
+from ecron.daylight import Resolved
 from ecron.schedules import (
     Schedule,
     ScheduleKind,
@@ -199,6 +200,18 @@ class FireTimes:
                 break
             current = self.next(current, current)
         return found
+
+    def dst_changes(self, start: datetime, listed: list[datetime]) -> list[Resolved]:
+        """What daylight saving time did, by the task's ``dst`` policy, to the fire times
+        ``listed`` (those that run from ``start`` on, oldest first): each of them it shifted,
+        jumped or repeated, and the wall times it skipped up to the last of them
+        (``CronRule.dst_changes``; none for a job by the clock or a schedule not cron)."""
+        cron = self.schedule.cron
+        if cron is None or not listed:
+            return []
+        runs = set(listed)
+        found = cron.dst_changes(start, listed[-1])
+        return [fire for fire in found if fire.at is None or fire.at in runs]
 
     def _at_or_after(self, when: datetime) -> datetime | None:
         """The schedule's first fire time at or after ``when``."""

@@ -25,6 +25,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 
 from apscheduler.triggers.cron import CronTrigger
 
+from ecron.daylight import DEFAULT_POLICY, DstPolicy, Resolved, changes, resolve
 from ecron.errors import ScheduleError
 
 _ZERO = timedelta(0)
@@ -33,6 +34,11 @@ _SECOND = timedelta(seconds=1)
 _DAY = timedelta(days=1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CENTURY = datetime(2070, 1, 1, tzinfo=UTC)
+#: More than any zone's offset changes at once: how far the fire times of later wall times
+#: can fall before those of earlier ones (``CronRule._by_policy``).
+_LARGEST_CHANGE = timedelta(hours=3)
+#: ``CronRule._by_policy`` looks at no more matching wall times than this for one answer.
+_MAX_CANDIDATES = 10_000
 #: Zones outside ``Etc/`` whose offset never changes.
 _STEADY_ZONES = frozenset(
     {"UTC", "UCT", "GMT", "GMT0", "GMT+0", "GMT-0", "Greenwich", "Universal", "Zulu"}
@@ -88,6 +94,10 @@ class CronRule:
       jumps to 03:00; Vixie cron would run it at 03:00).
     - A job with a wildcard among them runs by the clock: at every wall time that
       happens, in both passes of a repeated hour, and not at all in a skipped one.
+
+    A fixed-time job's ``dst`` policy other than the default (shift, first) is applied by
+    ``ecron.daylight.resolve`` to each matching wall time (``_by_policy``); the default is
+    the same rule, worked out faster.
     """
 
     zone: tzinfo
@@ -97,6 +107,8 @@ class CronRule:
     matchers: tuple[CronTrigger, ...]
     #: The zone's offset when it never changes (UTC, Etc/GMT-10): no gaps, no folds to look for.
     steady: timedelta | None = None
+    #: What a fixed-time job does in gaps and folds (``dst``); a job by the clock ignores it.
+    dst: DstPolicy = DEFAULT_POLICY
 
     def first_after(self, after: datetime) -> datetime | None:
         """The first fire time strictly after ``after`` (aware), in UTC, or None.
@@ -111,6 +123,8 @@ class CronRule:
             wall = (after.astimezone(UTC) + self.steady).replace(tzinfo=None)
             found = self._match(wall.replace(microsecond=0) + _SECOND)
             return None if found is None else (found - self.steady).replace(tzinfo=UTC)
+        if self.fixed and self.dst != DEFAULT_POLICY:
+            return self._by_policy(after)
         local = after.astimezone(self.zone)
         wall = local.replace(tzinfo=None)
         offset = local.utcoffset()
@@ -127,6 +141,53 @@ class CronRule:
         elif self.fixed:
             earlier = self._shifted_from_gap(after, wall, offset)
         return _earliest(earlier, self._forward(after, start, offset))
+
+    def _by_policy(self, after: datetime) -> datetime | None:
+        """``first_after`` by ``resolve``: the earliest fire after ``after`` of the matching
+        wall times from the first one that could fire after it, until no later wall time
+        can fire earlier (its fires are at most ``_LARGEST_CHANGE`` before its plain reading)."""
+        utc = after.astimezone(UTC)
+        lowest = min(self._offset_at(utc + shift) for shift in (-_DAY, _ZERO, _DAY))
+        candidate = self._match((utc + lowest).replace(tzinfo=None, microsecond=0) + _SECOND)
+        best: datetime | None = None
+        for _ in range(_MAX_CANDIDATES):
+            if candidate is None:
+                break
+            highest = max(self._offset(candidate, 0), self._offset(candidate, 1))
+            if (
+                best is not None
+                and (candidate - highest).replace(tzinfo=UTC) >= best + _LARGEST_CHANGE
+            ):
+                break
+            for fire in resolve(candidate, self.zone, self.dst):
+                if fire.at is not None and fire.at > after and (best is None or fire.at < best):
+                    best = fire.at
+            candidate = self._match(candidate + _SECOND)
+        return best
+
+    def dst_changes(self, start: datetime, end: datetime) -> list[Resolved]:
+        """What daylight saving time does to a fixed-time job's fires in ``[start, end]``
+        under its policy: every fire of a wall time in a gap or fold (``resolve``), and the
+        wall times skipped (those whose plain reading, shifted by the gap, falls in the
+        period). None for a job by the clock."""
+        if not self.fixed or self.steady is not None:
+            return []
+        found: list[tuple[datetime, Resolved]] = []
+        for first, stop in changes(self.zone, start, end):
+            candidate = self._match(first)
+            while candidate is not None and candidate < stop:
+                plain = (candidate - self._offset(candidate, 0)).replace(tzinfo=UTC)
+                for fire in resolve(candidate, self.zone, self.dst):
+                    moment = plain if fire.at is None else fire.at
+                    if start <= moment <= end:
+                        found.append((moment, fire))
+                candidate = self._match(candidate + _SECOND)
+        return [fire for _, fire in sorted(found, key=lambda pair: (pair[0], pair[1].wall))]
+
+    def _offset_at(self, instant: datetime) -> timedelta:
+        offset = instant.astimezone(self.zone).utcoffset()
+        assert offset is not None
+        return offset
 
     def _forward(self, after: datetime, start: datetime, guess: timedelta) -> datetime | None:
         """The first instant after ``after`` of the matching wall times from ``start`` on
@@ -238,8 +299,9 @@ def _earliest(one: datetime | None, other: datetime | None) -> datetime | None:
     return min(one, other)
 
 
-def parse_cron(text: str, zone: tzinfo) -> CronRule:
-    """The rule of a crontab expression in ``zone``; ``ScheduleError`` says why there is none.
+def parse_cron(text: str, zone: tzinfo, dst: DstPolicy = DEFAULT_POLICY) -> CronRule:
+    """The rule of a crontab expression in ``zone`` (a fixed-time job's daylight saving
+    time by ``dst``); ``ScheduleError`` says why there is none.
 
     5 fields (minute hour day month weekday), 6 with seconds first, or a shorthand
     (``@daily``). When both day fields are restricted, a day matching either fires;
@@ -266,7 +328,7 @@ def parse_cron(text: str, zone: tzinfo) -> CronRule:
     if not matchers:
         raise ScheduleError(f"{text!r} never fires (no such date, like 30 February)")
     fixed = not any(field.startswith("*") for field in fields[:3])
-    return CronRule(zone, fixed, matchers, _steady_offset(zone))
+    return CronRule(zone, fixed, matchers, _steady_offset(zone), dst)
 
 
 def _steady_offset(zone: tzinfo) -> timedelta | None:

@@ -26,6 +26,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from ecron.cron import CronRule, parse_cron
 from ecron.cron import cron_weekdays as cron_weekdays
+from ecron.daylight import DEFAULT_POLICY, DstPolicy
 from ecron.durations import format_duration, parse_setting
 from ecron.errors import ScheduleError
 
@@ -83,41 +84,43 @@ def zone(name: str) -> tzinfo:
         ) from None
 
 
-def parse_schedule(value: Any, timezone: str = "UTC") -> Schedule:
+def parse_schedule(value: Any, timezone: str = "UTC", dst: DstPolicy = DEFAULT_POLICY) -> Schedule:
     """Turn a ``schedule`` value from YAML into a ``Schedule``; ``ScheduleError`` says why not.
+    ``dst``: what a fixed-time cron job does in gaps and folds (other schedules ignore it).
 
     A schedule is the same object for every task that writes it the same way (in the same
-    zone): ten thousand tasks on ``0 3 * * *`` are parsed, and checked, once.
+    zone, with the same ``dst``): ten thousand tasks on ``0 3 * * *`` are parsed, and
+    checked, once.
     """
     try:
-        key = (timezone, value if isinstance(value, str) else tuple(sorted(value.items())))
+        key = (timezone, dst, value if isinstance(value, str) else tuple(sorted(value.items())))
         hash(key)
     except (AttributeError, TypeError):  # not a str or a mapping of plain values
-        return _parse_schedule(value, timezone)
-    return _parsed(key, value, timezone)
+        return _parse_schedule(value, timezone, dst)
+    return _parsed(key, value, timezone, dst)
 
 
-def _parsed(key: tuple[str, Any], value: Any, timezone: str) -> Schedule:
+def _parsed(key: tuple[str, DstPolicy, Any], value: Any, timezone: str, dst: DstPolicy) -> Schedule:
     found = _SCHEDULES.get(key)
     if found is None:
         if len(_SCHEDULES) >= _SCHEDULES_MAX:
             _SCHEDULES.clear()
-        found = _SCHEDULES[key] = _parse_schedule(value, timezone)
+        found = _SCHEDULES[key] = _parse_schedule(value, timezone, dst)
     return found
 
 
 #: Schedules parsed so far, by how they were written (``parse_schedule``).
-_SCHEDULES: dict[tuple[str, Any], Schedule] = {}
+_SCHEDULES: dict[tuple[str, DstPolicy, Any], Schedule] = {}
 _SCHEDULES_MAX = 10_000
 
 
-def _parse_schedule(value: Any, timezone: str) -> Schedule:
+def _parse_schedule(value: Any, timezone: str, dst: DstPolicy = DEFAULT_POLICY) -> Schedule:
     tz = zone(timezone)
     if isinstance(value, str):
         text = value.strip()
         if text == "manual":
             return Schedule(ScheduleKind.MANUAL, "manual")
-        return _parse_cron(text, tz)
+        return _parse_cron(text, tz, dst)
     if isinstance(value, dict):
         return _parse_mapping(value, tz)
     raise ScheduleError(
@@ -218,10 +221,12 @@ def read_time(value: Any, tz: tzinfo, key: str) -> datetime:
         ) from None
 
 
-def _parse_cron(text: str, tz: tzinfo) -> Schedule:
-    cron = parse_cron(text, tz)
-    zone_name = getattr(tz, "key", str(tz))
-    return Schedule(ScheduleKind.CRON, f"cron {text} ({zone_name})", cron=cron)
+def _parse_cron(text: str, tz: tzinfo, dst: DstPolicy) -> Schedule:
+    cron = parse_cron(text, tz, dst)
+    where = getattr(tz, "key", str(tz))
+    if cron.fixed and dst != DEFAULT_POLICY:
+        where += f"; dst: gap {dst.gap}, fold {dst.fold}"
+    return Schedule(ScheduleKind.CRON, f"cron {text} ({where})", cron=cron)
 
 
 def next_fire_time(schedule: Schedule, previous: datetime | None, now: datetime) -> datetime | None:

@@ -110,6 +110,8 @@ async def test_answers_of_a_live_daemon_match_their_documented_schemas(
         task("push", f"{user_service.url}/jobs/push", mode="callback",
              pool=PoolSpec(name="p", max_running=2, max_per_second=3)),
         task("yearly", f"{user_service.url}/jobs/quick", schedule="0 0 1 1 *"),
+        task("berlin", f"{user_service.url}/jobs/quick", schedule="30 2 * * *",
+             timezone="Europe/Berlin", dst={"gap": "skip", "fold": "both"}),
     ]  # fmt: skip
     async with make_daemon(specs, api_token=TOKEN) as daemon:
         api = Recorder(daemon, await served_document(daemon))
@@ -127,6 +129,9 @@ async def test_answers_of_a_live_daemon_match_their_documented_schemas(
         upcoming = "/api/v1/tasks/{name}/upcoming"
         await api.send("GET", upcoming, "/api/v1/tasks/quick/upcoming", params={"count": "3"})
         await api.send("GET", upcoming, "/api/v1/tasks/quick/upcoming", params={"count": "0"})
+        berlin = "/api/v1/tasks/berlin/upcoming"
+        for start in ("2027-03-27T00:00:00Z", "2027-10-30T00:00:00Z", "2027-10-30"):  # 400 last
+            await api.send("GET", upcoming, berlin, params={"from": start, "count": "3"})
         backfill, yearly = "/api/v1/tasks/{name}/backfill", "/api/v1/tasks/yearly/backfill"
         period = {"from": "2024-01-01T00:00:00Z", "to": "2026-01-01T00:00:00Z"}
         await api.send("POST", backfill, yearly, json={**period, "dry_run": True})

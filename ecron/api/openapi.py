@@ -101,10 +101,16 @@ _API: tuple[Operation, ...] = (
         "The next fire times that will run",
         "The task's next fire times, its calendar and blackouts applied (those they plan out "
         "are left out): from the earliest one claimed ahead or its stored next one; for a "
-        "paused task, the ones it would have if unpaused now.",
+        "paused task, the ones it would have if unpaused now. With `from`, the first ones at "
+        "or after that moment, to preview any period. `dst` lists the ones daylight saving "
+        "time changed by the task's `dst` policy, and the wall times it skipped.",
         {
             200: (schemas.Upcoming, "the fire times, oldest first"),
-            400: (ERROR, "`count` is not a whole number from 1 to 100"),
+            400: (
+                ERROR,
+                "`count` is not a whole number from 1 to 100, or `from` is not an RFC 3339 "
+                "time with an offset",
+            ),
             404: (ERROR, "no task of that name, or a retired one"),
         },
         parameters=(
@@ -113,6 +119,13 @@ _API: tuple[Operation, ...] = (
                 "count",
                 "how many",
                 {"type": "integer", "minimum": 1, "maximum": 100, "default": 10},
+            ),
+            _query(
+                "from",
+                "list the fire times at or after this moment (RFC 3339 with its offset, like "
+                "2027-03-27T00:00:00Z; a `+` percent-encoded or not); default: from the "
+                "task's next one",
+                {"type": "string", "format": "date-time"},
             ),
         ),
     ),

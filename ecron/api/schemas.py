@@ -154,6 +154,24 @@ class PoolList(Answer):
     items: list[Pool]
 
 
+class DstChange(Answer):
+    """A fire time that daylight saving time changed, by the task's `dst` policy."""
+
+    at: Time | None = Field(
+        description="when it fires (one of `items`); null when the policy skips it that day"
+    )
+    wall: str = Field(
+        description="the local wall time of the schedule it stands for, without offset",
+        examples=["2027-03-28T02:30:00"],
+    )
+    change: Literal["shifted", "jumped", "repeated", "skipped"] = Field(
+        description="its wall time was skipped by the clock, and it fires shifted by the gap "
+        "(`shifted`), at the moment of the jump (`jumped`), or not that day (`skipped`); or "
+        "its wall time happens twice and it fires at the occurrence the policy says "
+        "(`repeated`: one entry per fire)"
+    )
+
+
 class Upcoming(Answer):
     """The next fire times of a task that will run, its calendar and blackouts applied."""
 
@@ -161,9 +179,17 @@ class Upcoming(Answer):
     paused: bool = Field(
         description="while true, none of them runs: they are the ones it would have if unpaused now"
     )
+    from_: Time = Field(
+        alias="from", description="where the list starts: the `from` asked for, or now"
+    )
     items: list[Time] = Field(
         description="oldest first; [] for a manual, chained or disabled task, or a schedule "
         "with no fire time left; one for an `after` schedule (the next depend on ends)"
+    )
+    dst: list[DstChange] = Field(
+        description="the fire times of `items` that daylight saving time changed, and the "
+        "wall times it skipped up to the last of them, oldest first; only fixed-time cron "
+        "jobs (second, minute and hour fixed) have any"
     )
 
 
@@ -376,6 +402,7 @@ MODELS: tuple[type[BaseModel], ...] = (
     TaskList,
     Pool,
     PoolList,
+    DstChange,
     Upcoming,
     BackfillAnswer,
     ExecutionPage,

@@ -3,13 +3,14 @@ past periods."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from aiohttp import web
 
 from ecron.api.context import NUL, context, error, ignore_body
 from ecron.api.executions import snapshot, snapshots
-from ecron.backfill import BadBackfill, read_request
+from ecron.backfill import BadBackfill, read_moment, read_request
 from ecron.clock import iso
 from ecron.errors import NotFound
 from ecron.planning import upcoming_fire_times
@@ -61,7 +62,8 @@ UPCOMING_COUNT, MAX_UPCOMING = 10, 100
 
 @routes.get("/api/v1/tasks/{name}/upcoming")
 async def upcoming(request: web.Request) -> web.Response:
-    """The next ``count`` fire times that will run (calendars and blackouts applied)."""
+    """The next ``count`` fire times that will run (calendars and blackouts applied), from
+    now or from ``from`` (any period), and what daylight saving time did to them (``dst``)."""
     task = await _task(request)
     given = request.query.get("count", str(UPCOMING_COUNT))
     try:
@@ -70,13 +72,37 @@ async def upcoming(request: web.Request) -> web.Response:
         return error(400, "count must be a whole number", given)
     if not 1 <= count <= MAX_UPCOMING:
         return error(400, f"count must be between 1 and {MAX_UPCOMING}", count)
-    store = context(request).store
-    claimed = (await store.claimed_fire_times([task.name])).get(task.name)
     now = context(request).clock.now()
-    found = upcoming_fire_times(task.spec, task.next_fire_at, task.paused, claimed, now, count)
+    if "from" in request.query:
+        try:
+            start = read_moment(task.name, _plus(request.query["from"]), "from")
+        except BadBackfill as exc:
+            return error(400, str(exc), exc.detail)
+        fire_times = task.spec.fire_times
+        found = (
+            fire_times.upcoming(fire_times.next(None, start), count) if task.spec.enabled else []
+        )
+    else:
+        start = now
+        claimed = (await context(request).store.claimed_fire_times([task.name])).get(task.name)
+        found = upcoming_fire_times(task.spec, task.next_fire_at, task.paused, claimed, now, count)
+    changed = task.spec.fire_times.dst_changes(min([start, *found[:1]]), found)
+    dst = [{"at": iso(c.at), "wall": c.wall.isoformat(), "change": str(c.change)} for c in changed]
     return web.json_response(
-        {"task": task.name, "paused": task.paused, "items": [iso(when) for when in found]}
+        {
+            "task": task.name,
+            "paused": task.paused,
+            "from": iso(start),
+            "items": [iso(when) for when in found],
+            "dst": dst,
+        }
     )
+
+
+def _plus(text: str) -> str:
+    """A time from a query string whose ``+`` (of ``+02:00``) was not percent-encoded,
+    and so was read as a space, with its ``+`` back."""
+    return re.sub(r" (\d\d:?\d\d)$", r"+\1", text)
 
 
 @routes.post("/api/v1/tasks/{name}/run")

@@ -50,14 +50,27 @@ def get(api: str, token: str | None, path: str, **query: Any) -> Any:
     type=click.IntRange(1, 100),
     default=None,
     metavar="N",
-    help="Also list each task's next N fire times that will run (calendars applied).",
+    help="Also list each task's next N fire times that will run (calendars applied), with "
+    "a note on each that daylight saving time changed.",
+)
+@click.option(
+    "--from",
+    "start",
+    default=None,
+    metavar="TIME",
+    help="With --next: list the fire times from TIME (RFC 3339 with its offset, like "
+    "2027-10-31T00:00:00+01:00), to preview any period.",
 )
 @json_option
 @wide_option
 @api_options
-def tasks(upcoming: int | None, as_json: bool, wide: bool, api: str, token: str | None) -> None:
+def tasks(
+    upcoming: int | None, start: str | None, as_json: bool, wide: bool, api: str, token: str | None
+) -> None:
     """List tasks: schedule, next fire time (or paused, disabled), how their last run
     went and when."""
+    if start is not None and upcoming is None:
+        raise click.UsageError("--from goes with --next N: it says where the N fire times start")
     answer = get(api, token, "/api/v1/tasks")
     if as_json:
         print_json(answer)
@@ -65,7 +78,7 @@ def tasks(upcoming: int | None, as_json: bool, wide: bool, api: str, token: str 
     _print_tasks(answer["items"], wide)
     if upcoming is not None:
         try:
-            print_upcoming(client(api, token), answer["items"], upcoming)
+            print_upcoming(client(api, token), answer["items"], upcoming, start)
         except ApiError as exc:
             fail(exc)
 

@@ -33,6 +33,7 @@ from ecron.config.callers import (
     check_optional_token,
     parse_callers,
 )
+from ecron.config.dst import DstSettings, dst_policy
 from ecron.config.headers import Headers
 from ecron.config.queue import QueueSettings
 from ecron.config.rules import (
@@ -265,6 +266,10 @@ class TaskSpec(_Strict):
     #: ``{progress_within: 30m}``: alert ``execution_stalled`` when a RUNNING execution's
     #: progress has not moved for that long.
     expect: Expect | None = None
+    #: A fixed-time cron job across daylight saving time changes (``gap``, ``fold``); None
+    #: (not written) is the default policy, as is its absence from a spec stored before the
+    #: key existed (so an upgrade restarts no schedule: ``store.changes.SCHEDULING``).
+    dst: DstSettings | None = None
 
     _url = field_validator("url", "batch_poll_url")(check_url)
     _durations = field_validator(*_POSITIVE_CALL_DURATIONS)(check_positive)
@@ -341,7 +346,7 @@ class TaskSpec(_Strict):
     @cached_property
     def fire_schedule(self) -> Schedule:
         """The parsed ``schedule``."""
-        return parse_schedule(self.schedule, self.timezone)
+        return parse_schedule(self.schedule, self.timezone, dst_policy(self.dst))
 
     @cached_property
     def fire_times(self) -> FireTimes:

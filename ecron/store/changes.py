@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 #: What the task row stores instead of a header value or a signing secret.
 REDACTED = "***"
 #: The keys whose change restarts a task's schedule at its first fire time from now.
-SCHEDULING = ("schedule", "timezone", "enabled", "calendar", "blackout")
+SCHEDULING = ("schedule", "timezone", "enabled", "calendar", "blackout", "dst")
 #: What a spec stored before a key existed means by its absence (no restart on upgrade,
 #: and no change shown).
 UNSET: dict[str, Any] = {"blackout": []}
