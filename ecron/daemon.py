@@ -26,7 +26,7 @@ from ecron.config.hidden import config_secrets
 from ecron.config.model import Config, TaskSpec
 from ecron.config.queue import QueueSettings
 from ecron.config.rules import PoolSpec
-from ecron.errors import ConfigError
+from ecron.errors import ConfigError, ListenError
 from ecron.executor.http import HttpCaller
 from ecron.logs import hide
 from ecron.loop import loop_name
@@ -214,7 +214,10 @@ class Daemon:
         self._stack.push_async_callback(runner.cleanup)
         host, port = self.settings.host_port
         site = web.TCPSite(runner, host, port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            raise ListenError.of(host, port, exc) from exc
         addresses = runner.addresses  # the bound sockets' names: the port when 0 was asked
         self.port = int(addresses[0][1]) if addresses else port
 

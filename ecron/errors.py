@@ -6,6 +6,7 @@ where there is one, what to do about it.
 
 from __future__ import annotations
 
+import errno
 from typing import Any
 
 
@@ -23,6 +24,24 @@ class ConfigError(EcronError):
 
 class ScheduleError(EcronError):
     """A schedule expression cannot be turned into fire times."""
+
+
+class ListenError(EcronError):
+    """A server cannot listen where it was told: the port is taken, or the address is not
+    one of this machine's."""
+
+    @classmethod
+    def of(cls, host: str, port: int, exc: OSError) -> ListenError:
+        """The error of binding ``host:port``, said in one line from the socket's ``exc``."""
+        if exc.errno == errno.EADDRINUSE:
+            why = "the address is already in use (another ecron, or another program?)"
+        elif exc.errno == errno.EADDRNOTAVAIL:
+            why = "the address is not one of this machine's"
+        elif exc.errno == errno.EACCES:
+            why = "permission denied (ports below 1024 need privileges)"
+        else:
+            why = (exc.strerror or str(exc)).lower()
+        return cls(f"cannot listen on {host}:{port}: {why}")
 
 
 class StoreError(EcronError):

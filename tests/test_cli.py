@@ -182,8 +182,10 @@ def test_the_demo_shows_an_execution_go_from_claimed_through_running_to_success(
     tmp_path: Path,
 ) -> None:
     """`ecron demo` runs the example service and the daemon and prints the moves of an
-    execution: claimed ahead of its fire time (SCHEDULED), RUNNING with progress, SUCCESS."""
-    env = {**os.environ, "COLUMNS": "200"}
+    execution: claimed ahead of its fire time (SCHEDULED), RUNNING with progress and an
+    ETA, SUCCESS. Asked for port 0 it names the port it took; each line fits 80 columns
+    (the database's path aside), ids short."""
+    env = {**os.environ, "COLUMNS": "80"}
     result = subprocess.run(
         ecron(
             "demo",
@@ -206,10 +208,14 @@ def test_the_demo_shows_an_execution_go_from_claimed_through_running_to_success(
         env=env,
     )
     assert result.returncode == 0, result.stderr
+    port = re.search(r"dashboard http://127\.0\.0\.1:(\d+)/", result.stdout)
+    assert port is not None and int(port.group(1)) > 0, result.stdout
+    lines = [line for line in result.stdout.splitlines() if str(tmp_path) not in line]
+    assert all(len(line) <= 80 for line in lines), result.stdout
     moves: dict[str, list[tuple[str, float]]] = {}
-    for line in result.stdout.splitlines():
+    for line in lines:
         found = re.search(
-            r"\s([0-9a-f-]{36})\s.*?([\d.]+)%\s+(SCHEDULED|PENDING|RUNNING|SUCCESS)", line
+            r"\s([0-9a-f-]{8,35})\s.*?([\d.]+)%\s+(SCHEDULED|PENDING|RUNNING|SUCCESS)", line
         )
         if found:
             moves.setdefault(found.group(1), []).append((found.group(3), float(found.group(2))))
@@ -220,4 +226,5 @@ def test_the_demo_shows_an_execution_go_from_claimed_through_running_to_success(
         return statuses[0] == "SCHEDULED" and statuses[-1] == "SUCCESS" and bool(midway)
 
     assert any(went_all_the_way(seen) for seen in moves.values()), result.stdout
+    assert re.search(r"RUNNING\s+ETA (now|in \d+ s|\d+ s ago)", result.stdout), result.stdout
     assert "demo stopped" in result.stdout

@@ -173,13 +173,19 @@ async def test_tasks_show_the_next_fire_time_and_the_last_result(
     daemon: Daemon, user_service: UserService
 ) -> None:
     """One row per task: its schedule, when it fires next (``in 59 min``; ``paused``
-    while paused), its last run's status, when it ended, and its short id."""
+    while paused), its last run's status, when it ended, and its short id. In 80 columns
+    ``long``'s dated schedule leaves no room for the ``at`` column: it is left out whole."""
     eid = await run_once(daemon, "quick")
     await ended(daemon, eid)
     assert (await ecron(daemon, "pause", "broken")).exit_code == 0
-    result = await ecron(daemon, "tasks")
+    narrow = await ecron(daemon, "tasks")
+    assert narrow.exit_code == 0, narrow.output
+    assert all(len(line) <= 80 for line in narrow.output.splitlines())
+    header = narrow.output.splitlines()[0]
+    assert header.split() == ["task", "schedule", "next", "fire", "last", "run", "last", "id"]
+    assert "(at left out to fit; --wide shows all)" in narrow.output
+    result = await ecron(daemon, "tasks", columns=100)
     assert result.exit_code == 0, result.output
-    assert all(len(line) <= 80 for line in result.output.splitlines())
     rows = {row[0]: row for row in table_rows(result.output)}
     assert rows["quick"][1:4] == ["manual", "-", "SUCCESS"] and rows["quick"][5] == eid[:8]
     assert re.fullmatch(RELATIVE, rows["quick"][4]) and "in " not in rows["quick"][4]

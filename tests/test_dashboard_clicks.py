@@ -145,15 +145,17 @@ async def test_run_now_starts_an_execution_that_appears_in_the_running_list_and_
 async def test_pause_and_unpause_send_the_token_typed_into_the_page_and_a_401_says_so(
     make_daemon: DaemonFactory, user_service: UserService, driver: WebDriver
 ) -> None:
-    """With an API token configured, the page says clearly that it wants one and shows no
-    tasks or buttons; once the token is typed and saved, it says whom it acts as, and pause
-    and unpause work; once the token is forgotten, the 401 shows again and the buttons go."""
+    """With an API token configured, the page says clearly that it wants one (where it said
+    "loading…" too) and shows no tasks or buttons; once the token is typed and saved, it
+    says whom it acts as, and pause and unpause work; once the token is forgotten, the 401
+    shows again and the buttons go."""
     spec = task("nightly", f"{user_service.url}/jobs/x", schedule="0 3 * * *")
     async with make_daemon([spec], api_token="s3cret-t0ken") as daemon:
         page = dashboard(driver, daemon)
         await page.open()
         problem = await page.wait_text("#problem", lambda text: "401" in text, "the 401")
         assert "wants an API token" in problem and "API token" in problem
+        assert await page.text("#summary") == f"not loaded: {problem}"  # not "loading…"
         assert await page.script("return document.getElementById('home').hidden") is True
         await page.type("#token", "s3cret-t0ken")
         await page.click('#token-form button[type="submit"]')

@@ -8,17 +8,6 @@ __all__ = ["cli", "main"]
 
 
 def main() -> None:
-    """Entry point of the ``ecron`` console script."""
-    from ecron.cli import (  # noqa: F401  (registers commands)
-        action_cmds,
-        audit_cmd,
-        check_service,
-        client_cmds,
-        daemon_cmds,
-        demo,
-        plan,
-        validate,
-        watch,
-    )
-
+    """Entry point of the ``ecron`` console script (each command's module is imported when
+    that command runs: ``ecron.cli.group.COMMANDS``)."""
     cli()

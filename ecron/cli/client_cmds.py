@@ -19,6 +19,7 @@ from rich.table import Table
 from ecron.cli.client import ApiError, segment
 from ecron.cli.display import (
     Times,
+    columns_to_fit,
     progress_text,
     short_length,
     stalled_text,
@@ -83,6 +84,11 @@ def tasks(
             fail(exc)
 
 
+#: The columns ``ecron tasks`` leaves out, in this order, when a line would not fit the
+#: terminal otherwise (task names and schedules are never wrapped or cut).
+_LEFT_OUT_FIRST = ("at", "last id", "last run", "next fire")
+
+
 def _print_tasks(items: list[dict[str, Any]], wide: bool) -> None:
     when = Times(wide)
     lasts = [item["last_execution"] for item in items if item.get("last_execution")]
@@ -105,10 +111,17 @@ def _print_tasks(items: list[dict[str, Any]], wide: bool) -> None:
             ]
         )
     console = Console()
-    columns = ("task", "schedule", *(["state"] if wide else []), "next fire", "last run", "at")
-    whole = ("task", "state", "next fire", "at", "last id")
-    grid = table((*columns, "last id"), rows, wide=wide, width=console.width, whole=whole)
+    columns = ["task", "schedule", *(["state"] if wide else []), "next fire", "last run", "at"]
+    columns.append("last id")
+    shown = columns
+    if not wide:
+        shown = columns_to_fit(columns, rows, console.width, _LEFT_OUT_FIRST)
+        rows = [[row[columns.index(name)] for name in shown] for row in rows]
+    grid = table(shown, rows, wide=wide, width=console.width, whole=shown)
     console.print(grid, crop=False)
+    if len(shown) < len(columns):
+        left_out = ", ".join(name for name in columns if name not in shown)
+        console.print(f"({left_out} left out to fit; --wide shows all)", style="dim")
 
 
 def _last_run(last: dict[str, Any]) -> str:

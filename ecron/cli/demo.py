@@ -10,20 +10,24 @@ import tempfile
 from contextlib import AsyncExitStack, suppress
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import click
 from aiohttp import web
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
 import ecron
-from ecron.cli.display import FINAL, status_text
+from ecron.cli.display import FINAL, parse_time, short_length, status_text
 from ecron.cli.group import cli
-from ecron.clock import iso
+from ecron.cli.watch import eta_text
 from ecron.config import Config, DaemonSettings, TaskSpec
 from ecron.core import Execution, Status
 from ecron.durations import parse_duration
+from ecron.errors import EcronError, ListenError
 from ecron.logs import configure
+from ecron.snapshots import execution_snapshots
 
 
 def load_example_service() -> ModuleType:
@@ -64,31 +68,45 @@ def demo_config(directory: Path, port: int, service_url: str, every: str, durati
     return Config(directory=str(directory), daemon=settings, tasks={"demo": spec})
 
 
+#: The demo's ids are shown this long at least: a UUIDv7's first 13 characters are its
+#: millisecond, so an id keeps one length from its first line to its last (at the 8 of
+#: ``short_length`` alone, an id printed before the next fire time was claimed would grow).
+MILLISECOND_ID = 13
+
+
 class Printer:
-    """Prints a line whenever an execution's status or progress moves."""
+    """Prints a line whenever an execution's status or progress moves: when it was due
+    (local time), its short id (unique among those printed, so ``ecron show`` takes it),
+    a bar, the status, the ETA while it runs, the message cut to what the line has left."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
         self.seen: dict[str, tuple[str, int]] = {}
         self.done: set[str] = set()
 
-    def show(self, execution: Execution) -> None:
-        status = str(execution.status)
-        step = int(execution.progress // 10)
-        if execution.eid in self.done or self.seen.get(execution.eid) == (status, step):
+    def show(self, item: dict[str, Any]) -> None:
+        eid, status = str(item["id"]), str(item["status"])
+        step = int(item["progress"] // 10)
+        if eid in self.done or self.seen.get(eid) == (status, step):
             return
-        self.seen[execution.eid] = (status, step)
+        self.seen[eid] = (status, step)
+        length = max(MILLISECOND_ID, short_length([*self.seen, *self.done]))
+        due = parse_time(item["scheduled_at"])
+        assert due is not None
         bar = escape("[" + "#" * step + "-" * (10 - step) + "]")
-        item = {"status": status, "reason": execution.reason}
-        self.console.print(
-            f"{iso(execution.scheduled_at)}  {execution.eid}  {bar} {execution.progress:5.1f}%  "
-            f"{status_text(item)}  {escape(execution.message or '')}",
-            highlight=False,
-            soft_wrap=True,
-        )
+        head = (
+            f"{due.astimezone():%H:%M:%S}  {eid[:length]}  {bar} {item['progress']:3.0f}%  "
+            f"{status_text(item)}  {eta_text(item) if status not in FINAL else ''}"
+        ).rstrip()
+        room = min(self.console.width, 80) - Text.from_markup(head).cell_len - 2
+        message = " ".join((item.get("message") or "").split())
+        if len(message) > room:
+            message = message[: max(room - 1, 0)] + "…" if room > 1 else ""
+        line = f"{head}  {escape(message)}" if message else head
+        self.console.print(line, highlight=False, soft_wrap=True)
         if status in FINAL:
-            self.seen.pop(execution.eid, None)
-            self.done.add(execution.eid)
+            self.seen.pop(eid, None)
+            self.done.add(eid)
 
 
 @cli.command()
@@ -122,7 +140,10 @@ def demo(
     with tempfile.TemporaryDirectory(prefix="ecron-demo-") as scratch:
         where = Path(directory) if directory else Path(scratch)
         where.mkdir(parents=True, exist_ok=True)
-        asyncio.run(_demo(where, port, service_port, every, duration, limit))
+        try:
+            asyncio.run(_demo(where, port, service_port, every, duration, limit))
+        except EcronError as exc:  # a port taken: one line, no traceback
+            raise click.ClickException(str(exc)) from exc
 
 
 async def _demo(
@@ -140,19 +161,21 @@ async def _demo(
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
         site = web.TCPSite(runner, "127.0.0.1", service_port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            raise ListenError.of("127.0.0.1", service_port, exc) from exc
         bound = runner.addresses[0][1]
         service_url = f"http://127.0.0.1:{bound}"
         config = demo_config(where, port, service_url, every, duration)
         daemon = await stack.enter_async_context(Daemon(config))
         console.print(
-            f"ecron demo: dashboard http://127.0.0.1:{daemon.port}/, "
-            f"example service {service_url}, database {where / 'ecron-demo.db'}",
-            soft_wrap=True,
-        )
-        console.print(
+            f"ecron demo: dashboard http://127.0.0.1:{daemon.port}/\n"
+            f"            example service {service_url}\n"
+            f"            database {where / 'ecron-demo.db'}\n"
             f"task 'demo' fires every {every} and runs about {duration}; Ctrl-C stops.\n",
             soft_wrap=True,
+            highlight=False,
         )
         printer = Printer(console)
         started = loop.time()
@@ -162,10 +185,17 @@ async def _demo(
                 task="demo", status=Status.SCHEDULED, limit=1
             )
             page = await daemon.store.list_executions(task="demo", limit=5)
-            for execution in sorted([*claimed.items, *page.items], key=lambda e: e.eid):
-                printer.show(execution)
+            shown = sorted({e.eid: e for e in [*claimed.items, *page.items]}.values(), key=eid_of)
+            now = daemon.clock.now()
+            for item in await execution_snapshots(daemon.store, shown, now, daemon.specs):
+                printer.show(item)
             if limit is not None and loop.time() - started >= limit:
                 break
             with suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=0.25)
     console.print("demo stopped")
+
+
+def eid_of(execution: Execution) -> str:
+    """The id of ``execution``: the order of the demo's lines (UUIDv7: the order made)."""
+    return execution.eid

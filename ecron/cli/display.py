@@ -108,10 +108,7 @@ def table(
     does not fit wraps (task names, statuses). With ``wide`` nothing is cut or wrapped:
     the table is as wide as its content, past ``width`` if need be."""
     keep = {columns[0], *whole}
-    fit = [
-        max([len(name), *(Text.from_markup(row[n]).cell_len for row in rows)])
-        for n, name in enumerate(columns)
-    ]
+    fit = list(cell_widths(columns, rows).values())
     flexible = "message" if "message" in columns and not wide else None
     room = width - 2 * (len(columns) - 1)
     room -= sum(size for name, size in zip(columns, fit, strict=True) if name != flexible)
@@ -126,9 +123,32 @@ def table(
     for row in rows:
         grid.add_row(*row)
     natural = sum(fit) + 2 * (len(columns) - 1)
-    if wide and natural > width:  # nothing cut: past the terminal's edge (print uncropped)
-        grid.width = natural
+    if (wide or keep >= set(columns)) and natural > width:  # nothing cut: past the edge
+        grid.width = natural  # (print uncropped)
     return grid
+
+
+def cell_widths(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> dict[str, int]:
+    """Each column's width with nothing wrapped: its longest cell or its name."""
+    return {
+        name: max([len(name), *(Text.from_markup(row[n]).cell_len for row in rows)])
+        for n, name in enumerate(columns)
+    }
+
+
+def columns_to_fit(
+    columns: Sequence[str], rows: Sequence[Sequence[str]], width: int, order: Sequence[str]
+) -> list[str]:
+    """The columns shown in ``width`` with nothing wrapped or cut: those of ``order`` left
+    out, one after another in that order, until the rest fits (the others are always
+    kept, past ``width`` if need be)."""
+    sizes = cell_widths(columns, rows)
+    kept = list(columns)
+    for name in order:
+        if sum(sizes[n] for n in kept) + 2 * (len(kept) - 1) <= width:
+            break
+        kept.remove(name)
+    return kept
 
 
 def progress_text(item: dict[str, Any]) -> str:

@@ -28,6 +28,7 @@ from ecron.config.model import Config, DaemonSettings, StepSpec, TaskSpec
 from ecron.config.named import Calendars, Named, Pools, resolve_calendar, resolve_pool
 from ecron.config.rules import CALENDAR_NAME, CalendarSpec, PoolSpec
 from ecron.config.secrets import without_passwords
+from ecron.config.yaml_problem import yaml_problem
 from ecron.errors import ConfigError
 from ecron.schedules import on_key
 
@@ -390,16 +391,15 @@ class _Loader(_SafeLoader):  # type: ignore[valid-type,misc]
 def _read_yaml(path: Path, rel: str, problems: list[str]) -> tuple[bool, Any]:
     """(True, the parsed document), or (False, None) after recording why it cannot be read."""
     try:
-        loader = _Loader(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         problems.append(f"{rel}: cannot be read ({exc}).")
         return False, None
+    loader = _Loader(text)
     try:
         return True, loader.get_single_data()
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problems.append(f"{rel}: {at}the YAML cannot be read: {exc.problem or exc.context}.")
+        problems.append(f"{rel}: {yaml_problem(exc, text)}")
     except yaml.YAMLError as exc:
         problems.append(f"{rel}: the YAML cannot be read: {exc}.")
     finally:

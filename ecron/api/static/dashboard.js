@@ -48,6 +48,7 @@ async function knowCaller() {
   } catch (error) {
     if (error.status !== 401) throw error;
     setText("problem", error.message);
+    setText("summary", `not loaded: ${error.message}`);
     return false;
   } finally {
     showCaller();
@@ -72,8 +73,9 @@ async function refresh() {
       await VIEWS[here.view](here);
       setText("problem", "");
     }
-  } catch (error) {
+  } catch (error) {  // said where "loading…" was, too: never left as if still coming
     setText("problem", String(error.message || error));
+    setText("summary", `not loaded: ${error.message || error}`);
     if (error.status === 401 || error.status === 403) caller.known = false;  // ask again
   } finally {
     loop.busy = false;
