@@ -377,3 +377,43 @@ async def test_the_pools_section_shows_each_pools_use_and_is_hidden_without_pool
         await page.element('#tasks tr[data-key="plain"]', "the task's row")
         hidden = driver.find_element("css selector", "#pools-section").get_attribute("hidden")
     assert hidden is not None
+
+
+async def test_a_stalled_execution_is_marked_in_the_running_list_and_on_its_page(
+    make_daemon: DaemonFactory, user_service: UserService, driver: WebDriver
+) -> None:
+    """A job whose polls say 10 % forever, of a task with `expect: {progress_within: 1s}`:
+    once its progress has stood still for a second, the running list and the execution's
+    page show the `stalled` badge, as its snapshot says `"stalled": true`; a job whose
+    progress moves beside it shows none."""
+
+    async def frozen(request: web.Request) -> web.StreamResponse | None:
+        if request.method == "GET" and "/jobs/frozen/" in request.path:
+            return web.json_response({"status": "RUNNING", "progress": 10, "message": "10%"})
+        return None
+
+    user_service.behaviour = frozen
+    user_service.durations["moving"] = 600.0
+    expect = {"progress_within": "1s"}
+    specs = [
+        task("frozen", f"{user_service.url}/jobs/frozen", expect=expect),
+        task("moving", f"{user_service.url}/jobs/moving", expect={"progress_within": "1h"}),
+    ]
+    async with make_daemon(specs) as daemon:
+        stuck = await run_once(daemon, "frozen")
+        alive = await run_once(daemon, "moving")
+        page = dashboard(driver, daemon)
+        await page.open()
+        badge = f'#running tr[data-key="{stuck}"] .stalled'
+        await page.wait_text(badge, lambda text: text == "stalled", "the stalled badge")
+        shown = await daemon.store.get_execution(stuck)
+        assert shown is not None and shown.progress == 10
+        assert not driver.find_elements("css selector", f'#running tr[data-key="{alive}"] .stalled')
+        await page.open(f"#/executions/{stuck}")
+        await page.wait_text("#execution .stalled", lambda text: text == "stalled", "its page")
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{daemon.port}/api/v1/executions/{stuck}") as answer,
+        ):
+            snapshot = await answer.json()
+    assert snapshot["stalled"] is True and snapshot["status"] == "RUNNING"
