@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from click.testing import CliRunner
 
 from ecron.cli import cli, client_cmds  # noqa: F401  (registers the commands)
+from ecron.cli.display import absolute
 from ecron.clock import iso
 from tests.conftest import DaemonFactory, task
 from tests.support.service import UserService
@@ -68,4 +69,6 @@ async def test_upcoming_lists_the_next_fire_times_that_will_run_and_the_cli_prin
     assert manual["items"] == [] and chained["items"] == []
     assert paused["paused"] is True and len(paused["items"]) == 1
     assert printed.exit_code == 0, printed.output
-    assert iso(end) in printed.output and iso(end + HOUR) in printed.output
+    # local absolute times (with their offset), not ``in 5 h``, even without --wide
+    assert absolute(end) in printed.output and absolute(end + HOUR) in printed.output
+    assert "fire time" in printed.output and "┃" not in printed.output  # the CLI's style

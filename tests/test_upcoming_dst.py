@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from ecron.api.schemas import Upcoming
 from ecron.cli import cli, client_cmds  # noqa: F401  (registers the commands)
+from ecron.cli.display import absolute
 from ecron.clock import iso
 from ecron.daemon import Daemon
 from tests.conftest import DaemonFactory, task
@@ -28,6 +29,11 @@ def at(text: str) -> str:
     when = datetime.fromisoformat(text)
     assert when.tzinfo is not None, text
     return iso(when.astimezone(UTC)) or ""
+
+
+def local(text: str) -> str:
+    """An instant as the CLI shows fire times: local date and time with its offset."""
+    return absolute(datetime.fromisoformat(text))
 
 
 def note(when: str | None, wall: str, change: str) -> dict[str, Any]:
@@ -180,7 +186,8 @@ async def test_the_cli_lists_fire_times_from_a_moment_with_a_note_per_dst_change
     assert folds.exit_code == 0, folds.output
     # twice for ``fold: both``, once for the other task's first pass (the default)
     assert folds.output.count(f"repeated {BERLIN_FOLD}") == 3, folds.output
-    assert at("2027-10-31T02:30+01:00") in folds.output
+    # a local absolute time with its offset, as ``--wide`` shows times (not ``in 3 h``)
+    assert local("2027-10-31T02:30+01:00") in folds.output, folds.output
     assert gaps.exit_code == 0, gaps.output
     assert f"skipped {BERLIN_GAP}" in gaps.output, gaps.output
     assert alone.exit_code != 0 and "--from goes with --next" in alone.output

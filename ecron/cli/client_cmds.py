@@ -79,7 +79,7 @@ def tasks(
     _print_tasks(answer["items"], wide)
     if upcoming is not None:
         try:
-            print_upcoming(client(api, token), answer["items"], upcoming, start)
+            print_upcoming(client(api, token), answer["items"], upcoming, start, wide=wide)
         except ApiError as exc:
             fail(exc)
 
