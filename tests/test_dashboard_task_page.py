@@ -13,7 +13,7 @@ import itertools
 import os
 import shutil
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from ecron.clock import iso
 from ecron.config.rules import PoolSpec
 from ecron.daemon import Daemon
 from tests.conftest import DaemonFactory, task
@@ -258,3 +259,72 @@ async def test_a_task_page_shows_its_fire_times_its_pool_and_the_buttons_the_rol
         stored = await daemon.store.get_task("nightly")
         assert stored is not None and stored.paused
         assert await page.console_errors() == []
+
+
+#: Sets the datetime-local input ``arguments[0]`` to the instant ``arguments[1]`` (RFC 3339)
+#: as a wall time of the browser's time zone, as a person would type it.
+SET_LOCAL = (
+    "const input = document.querySelector(arguments[0]); const at = new Date(arguments[1]);"
+    " input.valueAsNumber = at.getTime() - at.getTimezoneOffset() * 60000;"
+    " input.dispatchEvent(new Event('input', {bubbles: true}));"
+)
+PREVIEWED = (
+    "return [...document.querySelectorAll('#task-backfill .backfill-result time')]"
+    ".map(t => t.dateTime)"
+)
+
+
+async def test_an_operator_previews_and_backfills_a_past_period_a_viewer_has_no_form(
+    make_daemon: DaemonFactory, user_service: UserService, driver: WebDriver
+) -> None:
+    """Every hour: an operator enters a past period of 3 hours (in the browser's local
+    time), previews it (3 fire times, none already run, each listed) and backfills it after
+    confirming: the page says 3 executions were created and the API lists 3 executions of
+    trigger_kind backfill at those fire times; a period ending in the future shows the API's
+    400, naming the field. A viewer's page has no backfill form."""
+    user_service.duration = 0.0
+    spec = task("hourly", f"{user_service.url}/jobs/x", schedule={"every": "1h"})
+    start = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=5)
+    fire_times = [iso(start + timedelta(hours=n)) for n in range(3)]
+    async with make_daemon([spec], **CALLERS) as daemon:
+        page = dashboard(driver, daemon)
+        await signed_in(page, VIEWER, "#/tasks/hourly")
+        await page.wait_text("#task-title", lambda t: t == "Task hourly", "the page")
+        await page.wait_text("#task-upcoming", lambda t: t != "", "the fire times")
+        assert await page.script("return document.querySelectorAll('#task-backfill *').length") == 0
+
+        await signed_in(page, OPERATOR, "#/tasks/hourly")
+        await page.wait(
+            lambda d: d.execute_script("return !!document.querySelector('#task-backfill form')"),
+            "the backfill form",
+        )
+        await page.script(SET_LOCAL, "#task-backfill input[name=from]", iso(start))
+        await page.script(
+            SET_LOCAL, "#task-backfill input[name=to]", iso(start + timedelta(hours=3))
+        )
+        await page.click('#task-backfill button[data-backfill="preview"]', "preview")
+        said = await page.wait_text(
+            "#task-backfill .backfill-result", lambda t: "fire time" in t, "the preview"
+        )
+        assert said.startswith("3 fire times, 0 already run"), said
+        assert await page.script(PREVIEWED) == fire_times
+        assert (await daemon.store.list_executions(task="hourly")).items == []
+
+        await page.click('#task-backfill button[data-backfill="run"]', "backfill")
+        assert "hourly" in await page.accept_confirm()
+        said = await page.wait_text(
+            "#task-backfill .backfill-result", lambda t: "created" in t, "the backfill"
+        )
+        assert said == "3 fire times, 0 already run: 3 executions created", said
+        future = iso(datetime.now(UTC) + timedelta(days=1))
+        await page.script(SET_LOCAL, "#task-backfill input[name=to]", future)
+        await page.click('#task-backfill button[data-backfill="preview"]', "preview again")
+        said = await page.wait_text(
+            "#task-backfill .backfill-result.error", lambda t: "400" in t, "the API's error"
+        )
+        assert "to" in said.split("400", 1)[1], said  # the API's text, naming the field
+        listed = await api(daemon, "GET", "/executions?task=hourly&limit=100", OPERATOR)
+        backfilled = [e for e in listed["items"] if e["trigger_kind"] == "backfill"]
+        assert sorted(e["scheduled_at"] for e in backfilled) == fire_times
+        errors = await page.console_errors()  # the browser logs the refused request, only it
+        assert all("/backfill" in error and "400" in error for error in errors), errors

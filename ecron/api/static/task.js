@@ -1,19 +1,22 @@
 // One task's page (#/tasks/<name>): its last 100 executions as a strip of cells coloured by
 // status (oldest left, each a link to the execution's page), their durations as a chart,
-// its next fire times, its pool and the pool's use, and its buttons. The front page's
+// its next fire times, its pool and the pool's use, its buttons, and (for a role that may)
+// a form to backfill a past period. The front page's
 // tasks table draws the same strip, small, of each task's last 20 runs (`runStrip`).
 //
 // The drawings are SVG elements made with createElementNS (`svg`), from text and numbers
 // only, like view.js's `h`; colours come from dashboard.css (classes by status).
 
 import {
-  button, counted, executionLink, get, h, put, quote, setText, textOf, timeNode, when,
+  button, call, counted, executionLink, get, h, may, put, quote, setText, textOf, timeNode, when,
 } from "./view.js";
 
 const SVG_NS = "http://www.w3.org/2000/svg";
 // How many executions the page shows; how many fire times ahead.
 const RUNS = 100;
 const UPCOMING = 5;
+// How many of a backfill preview's fire times are listed.
+const PREVIEWED = 5;
 // The strips' sizes: the page's (`big`) and the tasks table's (`small`), in pixels.
 const STRIP = {big: {width: 9, gap: 2, height: 22}, small: {width: 5, gap: 1, height: 12}};
 const CHART = {height: 160, pad: 14, label: 64};
@@ -144,6 +147,86 @@ function renderHead(t) {
       "its executions, with filters and pages"))]);
 }
 
+// A datetime-local input's value (a wall time in the browser's time zone) as RFC 3339
+// with that zone's offset then: "2027-10-30T03:00" → "2027-10-30T03:00:00+02:00". What the
+// browser cannot read is sent as typed, for the API to name the field.
+export function localTime(value) {
+  const moment = new Date(value);
+  if (!value || Number.isNaN(moment.getTime())) return value;
+  const pad = n => String(Math.trunc(Math.abs(n))).padStart(2, "0");
+  const offset = -moment.getTimezoneOffset();
+  const sign = offset < 0 ? "-" : "+";
+  return `${moment.getFullYear()}-${pad(moment.getMonth() + 1)}-${pad(moment.getDate())}T` +
+    `${pad(moment.getHours())}:${pad(moment.getMinutes())}:${pad(moment.getSeconds())}` +
+    `${sign}${pad(offset / 60)}:${pad(offset % 60)}`;
+}
+
+// The backfill section, made once after the fire times' (index.html has none of its own).
+function backfillSection() {
+  let section = document.getElementById("task-backfill-section");
+  if (!section) {
+    section = h("section", {id: "task-backfill-section", "aria-labelledby": "task-backfill-title"},
+      h("h3", {id: "task-backfill-title"}, "Backfill ",
+        h("span", {class: "muted"}, "(run the fire times of a past period)")),
+      h("div", {id: "task-backfill"}));
+    document.getElementById("task-upcoming").closest("section").after(section);
+  }
+  return section;
+}
+
+// POST /tasks/NAME/backfill for the form's period; what the API answered, as text nodes.
+async function backfill(name, form, dryRun) {
+  const period = {from: localTime(form.elements.from.value), to: localTime(form.elements.to.value)};
+  const path = `/tasks/${quote(name)}/backfill`;
+  if (!dryRun && !confirm(`Backfill ${name} from ${period.from} to ${period.to}? ` +
+    "Each of its fire times without an execution runs.")) return null;
+  const {body} = await call("POST", path, dryRun ? {...period, dry_run: true} : period);
+  const found = `${counted(body.count, "fire time")}, ${body.already_run} already run`;
+  if (!dryRun) {
+    return h("p", {}, `${found}: ${counted(body.executions.length, "execution")} created`);
+  }
+  const first = body.fire_times.slice(0, PREVIEWED);
+  return [h("p", {}, found, body.count > first.length ? ` (the first ${first.length}):` : ""),
+    first.length ? h("ol", {class: "upcoming backfill-times"},
+      first.map(at => h("li", {}, timeNode(at)))) : null];
+}
+
+// The form (from, to, preview, backfill) for a caller whose role may backfill; nothing
+// otherwise. Drawn again only when the task or the role changes: what is typed stays.
+function renderBackfill(t) {
+  const section = backfillSection();
+  section.hidden = !may("backfill");
+  put(document.getElementById("task-backfill"), t.name, () => {
+    if (!may("backfill")) return null;
+    const result = h("div", {class: "backfill-result", role: "status", "aria-live": "polite"});
+    const field = (key, label) => h("label", {}, label, " ",
+      h("input", {type: "datetime-local", name: key, step: 1, required: true}));
+    const act = (label, dryRun) => {
+      const node = h("button", {type: "button", "data-backfill": dryRun ? "preview" : "run",
+        "aria-label": `${label} ${t.name}`}, label);
+      node.addEventListener("click", async () => {
+        node.disabled = true;
+        try {
+          const shown = await backfill(t.name, node.form, dryRun);
+          if (shown) result.replaceChildren(...[shown].flat().filter(n => n != null));
+          result.classList.remove("error");
+        } catch (error) {
+          result.replaceChildren(String(error.message || error));
+          result.classList.add("error");
+        } finally {
+          node.disabled = false;
+        }
+      });
+      return node;
+    };
+    const form = h("form", {class: "backfill", "aria-label": `backfill ${t.name}`},
+      field("from", "from"), field("to", "to"), act("preview", true), act("backfill", false),
+      h("span", {class: "muted"}, "(your browser's local time)"));
+    form.addEventListener("submit", event => event.preventDefault());
+    return [form, result];
+  });
+}
+
 export async function refreshTask(name) {
   const [t, runs, next, pools] = await Promise.all([
     get("/tasks/" + quote(name)),
@@ -160,6 +243,7 @@ export async function refreshTask(name) {
     : h("p", {class: "muted"}, "no executions yet"));
   put(document.getElementById("task-chart"), shape, () => durationChart(oldest));
   renderUpcoming(next);
+  renderBackfill(t);
   renderPool(pools.items.find(p => p.tasks.includes(t.name)));
   setText("summary", `${counted(oldest.length, "execution")} shown; ` +
     `updated ${new Date().toLocaleTimeString()}`);

@@ -22,14 +22,15 @@ export function savedToken() {
   try { return localStorage.getItem(TOKEN_KEY) || ""; } catch { return ""; }
 }
 
-export async function call(method, path) {
+// `body`: what a POST sends, as JSON ({} when left out).
+export async function call(method, path, body = {}) {
   const token = savedToken();
   const headers = {Accept: "application/json"};
   if (token) headers.Authorization = "Bearer " + token;
   const asked = {method, headers, cache: "no-store"};
   if (method !== "GET") {  // what changes something goes as JSON (a daemon without a token asks it)
     headers["Content-Type"] = "application/json";
-    asked.body = "{}";
+    asked.body = JSON.stringify(body);
   }
   let answer;
   try {
@@ -37,8 +38,8 @@ export async function call(method, path) {
   } catch (error) {
     throw new ApiError(0, `ecron does not answer (${method} ${API}${path}): ${error.message}`);
   }
-  let body = null;
-  try { body = await answer.json(); } catch { body = null; }
+  let got = null;
+  try { got = await answer.json(); } catch { got = null; }
   if (answer.status === 401) {
     throw new ApiError(401, token
       ? "401 Unauthorized: the API answered that the saved API token is wrong. " +
@@ -47,10 +48,10 @@ export async function call(method, path) {
         "Enter it under “API token” and press Save token.");
   }
   if (!answer.ok) {
-    const why = (body && body.error) || answer.statusText;
+    const why = (got && got.error) || answer.statusText;
     throw new ApiError(answer.status, `${method} ${API}${path}: ${answer.status} ${why}`);
   }
-  return {status: answer.status, body};
+  return {status: answer.status, body: got};
 }
 
 export const get = path => call("GET", path).then(answer => answer.body);
