@@ -43,6 +43,9 @@ class AuditLog:
         #: Set when the daemon stops: a lingering write goes at once (never cancelled: a
         #: transaction cut off could leave SQLite's write lock held).
         self._closing = asyncio.Event()
+        #: One write at a time: a reader's flush waits for the write under way, so it never
+        #: reads the table before entries already taken from the queue are in it.
+        self._writing = asyncio.Lock()
 
     def record(
         self,
@@ -119,14 +122,15 @@ class AuditLog:
         await self.flush()
 
     async def flush(self) -> None:
-        """Write the pending entries now."""
-        entries, self._pending = self._pending, []
-        if not entries:
-            return
-        try:
-            await self.store.add_audit(entries)
-        except Exception:  # the store retried what passes; each entry is in the log already
-            log.exception("audit_not_recorded", entries=len(entries))
+        """Write the pending entries now (after the write under way, if there is one)."""
+        async with self._writing:
+            entries, self._pending = self._pending, []
+            if not entries:
+                return
+            try:
+                await self.store.add_audit(entries)
+            except Exception:  # the store retried what passes; each is in the log already
+                log.exception("audit_not_recorded", entries=len(entries))
 
     async def close(self) -> None:
         """Write what is pending (the daemon stops), without cutting a write short."""

@@ -67,3 +67,30 @@ async def test_stopping_waits_for_a_write_under_way_instead_of_cutting_it_short(
     await store.add_audit([later])
     page = await store.audit_page(AuditQuery(task="report"))
     assert [(e.actor, e.action) for e in page.items] == [("config", "change"), ("ci", "run")]
+
+
+async def test_a_reader_waits_for_the_write_under_way_and_sees_its_entries(
+    store: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GET /audit while the lingering write is inside its transaction: the read waits for
+    it (and writes what came after), so the node's own latest entries are in the page."""
+    audit = AuditLog(store, Clock())
+    inside, go_on = asyncio.Event(), asyncio.Event()
+    real = store.add_audit
+
+    async def slow_write(entries: Sequence[AuditEntry]) -> None:
+        inside.set()
+        await go_on.wait()
+        await real(entries)
+
+    monkeypatch.setattr(store, "add_audit", slow_write)
+    audit.record("ci", "run", "report", task="report", status=202)
+    await inside.wait()
+    audit.record("ci", "pause", "report", task="report", status=200)
+    reading = asyncio.create_task(audit.page(AuditQuery(task="report")))
+    await asyncio.sleep(0)  # let the read reach its wait (a turn of the loop, not a delay)
+    assert not reading.done()
+    go_on.set()
+    page = await reading
+    await audit.close()
+    assert [e.action for e in page.items] == ["pause", "run"]
