@@ -109,6 +109,9 @@ class CronRule:
     steady: timedelta | None = None
     #: What a fixed-time job does in gaps and folds (``dst``); a job by the clock ignores it.
     dst: DstPolicy = DEFAULT_POLICY
+    #: Whether ``dst`` changes anything (a fixed-time job, another policy than the default):
+    #: decided once here, not on every fire time.
+    by_policy: bool = False
 
     def first_after(self, after: datetime) -> datetime | None:
         """The first fire time strictly after ``after`` (aware), in UTC, or None.
@@ -123,7 +126,7 @@ class CronRule:
             wall = (after.astimezone(UTC) + self.steady).replace(tzinfo=None)
             found = self._match(wall.replace(microsecond=0) + _SECOND)
             return None if found is None else (found - self.steady).replace(tzinfo=UTC)
-        if self.fixed and self.dst != DEFAULT_POLICY:
+        if self.by_policy:
             return self._by_policy(after)
         local = after.astimezone(self.zone)
         wall = local.replace(tzinfo=None)
@@ -328,7 +331,8 @@ def parse_cron(text: str, zone: tzinfo, dst: DstPolicy = DEFAULT_POLICY) -> Cron
     if not matchers:
         raise ScheduleError(f"{text!r} never fires (no such date, like 30 February)")
     fixed = not any(field.startswith("*") for field in fields[:3])
-    return CronRule(zone, fixed, matchers, _steady_offset(zone), dst)
+    by_policy = fixed and dst != DEFAULT_POLICY
+    return CronRule(zone, fixed, matchers, _steady_offset(zone), dst, by_policy)
 
 
 def _steady_offset(zone: tzinfo) -> timedelta | None:

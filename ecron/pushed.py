@@ -1,8 +1,8 @@
 """A pushed report, from whichever channel it came (a callback, a queue message): checked
-(its token before the database is read), then applied through ``Commands.report``, the one
-function that moves an execution on a report. The callback endpoint and the queue consumer both call
-``take_report`` and differ only in how they answer its outcome (an HTTP status, a counted
-and acknowledged message)."""
+in PROTOCOL.md's order (an id too long for any execution refused before any lookup), then
+applied through ``Commands.report``, the one function that moves an execution on a report.
+The callback endpoint and the queue consumer both call ``take_report`` and differ only in
+how they answer its outcome (an HTTP status, a counted and acknowledged message)."""
 
 from __future__ import annotations
 

@@ -26,6 +26,23 @@ async def store(database_url: str) -> AsyncIterator[SqlStore]:
     await opened.close()
 
 
+def held_writes(
+    store: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> tuple[asyncio.Event, asyncio.Event]:
+    """Make the store's audit writes stop inside their call: the first event is set once
+    one is there, and it goes on (really writing) once the test sets the second."""
+    inside, go_on = asyncio.Event(), asyncio.Event()
+    real = store.add_audit
+
+    async def slow_write(entries: Sequence[AuditEntry]) -> None:
+        inside.set()
+        await go_on.wait()
+        await real(entries)
+
+    monkeypatch.setattr(store, "add_audit", slow_write)
+    return inside, go_on
+
+
 async def test_an_entry_with_a_nul_character_is_stored_with_it_written_out(
     store: SqlStore,
 ) -> None:
@@ -46,15 +63,7 @@ async def test_stopping_waits_for_a_write_under_way_instead_of_cutting_it_short(
     transaction cut off by cancellation could leave SQLite's write lock held, and the
     entries would be lost): the entry is stored and the database takes writes after."""
     audit = AuditLog(store, Clock())
-    inside, go_on = asyncio.Event(), asyncio.Event()
-    real = store.add_audit
-
-    async def slow_write(entries: Sequence[AuditEntry]) -> None:
-        inside.set()
-        await go_on.wait()
-        await real(entries)
-
-    monkeypatch.setattr(store, "add_audit", slow_write)
+    inside, go_on = held_writes(store, monkeypatch)
     audit.record("ci", "run", "report", task="report", status=202)
     await inside.wait()
     closing = asyncio.create_task(audit.close())
@@ -75,15 +84,7 @@ async def test_a_reader_waits_for_the_write_under_way_and_sees_its_entries(
     """GET /audit while the lingering write is inside its transaction: the read waits for
     it (and writes what came after), so the node's own latest entries are in the page."""
     audit = AuditLog(store, Clock())
-    inside, go_on = asyncio.Event(), asyncio.Event()
-    real = store.add_audit
-
-    async def slow_write(entries: Sequence[AuditEntry]) -> None:
-        inside.set()
-        await go_on.wait()
-        await real(entries)
-
-    monkeypatch.setattr(store, "add_audit", slow_write)
+    inside, go_on = held_writes(store, monkeypatch)
     audit.record("ci", "run", "report", task="report", status=202)
     await inside.wait()
     audit.record("ci", "pause", "report", task="report", status=200)
