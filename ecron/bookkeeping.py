@@ -38,7 +38,8 @@ from ecron.planning import (
 )
 from ecron.schedules import ScheduleKind
 from ecron.snapshots import execution_snapshot
-from ecron.store.base import Store, TaskState
+from ecron.store.base import Store
+from ecron.store.records import TaskState
 
 log = structlog.get_logger(__name__)
 

@@ -34,7 +34,8 @@ from ecron.ids import new_eid
 from ecron.logs import about
 from ecron.planning import Begin, Decline, Refuse, new_steps, plan_resume, resumable
 from ecron.starts import StartResult
-from ecron.store.base import Store, TaskState
+from ecron.store.base import Store
+from ecron.store.records import TaskState
 
 log = structlog.get_logger(__name__)
 

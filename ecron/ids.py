@@ -52,6 +52,31 @@ def shown_id(name: str) -> str:
     return name if not too_long(name) else f"{name[:MAX_ID_LENGTH]}... ({len(name)} characters)"
 
 
+#: Ids are never shown shorter than this (git's habit; 8 characters of a UUIDv7 are the
+#: top of its millisecond clock, so ids made close together need more).
+SHORT_ID = 8
+
+
+def unique_prefix(eid: str, *neighbours: str | None) -> str:
+    """The shortest start of ``eid`` that starts none of ``neighbours``: ``SHORT_ID``
+    characters at least, never ending on a dash, the whole id at most. Given the ids just
+    before and after ``eid`` in byte order (among the ids shown, or in the database), it is
+    the start of no other id among them: an id shares the most with its neighbours."""
+    shared = max((_shared(eid, other) for other in neighbours if other is not None), default=0)
+    length = max(SHORT_ID, shared + 1)
+    if eid[length - 1 : length] == "-":
+        length += 1
+    return eid[:length]
+
+
+def _shared(one: str, other: str) -> int:
+    """How many characters ``one`` and ``other`` start with alike."""
+    return next(
+        (n for n, (a, b) in enumerate(zip(one, other, strict=False)) if a != b),
+        min(len(one), len(other)),
+    )
+
+
 def remote_id(eid: str, step: int | None) -> str:
     """The id a user service is given: the eid, or ``<eid>.<n>`` for step ``n``."""
     return eid if step is None else f"{eid}.{step}"

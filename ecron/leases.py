@@ -29,7 +29,8 @@ from ecron.config.model import DaemonSettings
 from ecron.core import Execution, Status, due_at
 from ecron.executor.held import Held
 from ecron.metrics import Metrics
-from ecron.store.base import Claimed, Planner, Store
+from ecron.store.base import Store
+from ecron.store.records import Claimed, Planner
 
 log = structlog.get_logger(__name__)
 

@@ -20,7 +20,8 @@ from ecron.clock import iso
 from ecron.config.model import TaskSpec
 from ecron.durations import format_duration
 from ecron.metrics import Metrics
-from ecron.store.base import Store, TaskState
+from ecron.store.base import Store
+from ecron.store.records import TaskState
 
 log = structlog.get_logger(__name__)
 

@@ -23,7 +23,8 @@ from ecron.core import FirePlan
 from ecron.engine import Engine
 from ecron.leases import TAKEOVER_EVERY, Leases
 from ecron.planning import Claim, plan_fires, rewound_fire_time
-from ecron.store.base import DueTask, Store
+from ecron.store.base import Store
+from ecron.store.records import DueTask
 
 log = structlog.get_logger(__name__)
 

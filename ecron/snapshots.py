@@ -10,7 +10,8 @@ from typing import Any
 from ecron.clock import iso
 from ecron.config.model import TaskSpec
 from ecron.core import RECENT_RUNS, Execution, Step, estimate_end, is_stalled, needs_history
-from ecron.store.base import Store, TaskState
+from ecron.store.base import Store
+from ecron.store.records import TaskState
 
 
 def progress_within(spec: TaskSpec | None) -> timedelta | None:

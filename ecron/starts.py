@@ -29,7 +29,8 @@ from ecron.errors import EcronError
 from ecron.executor.recorder import Change, Recorder
 from ecron.leases import Leases
 from ecron.planning import Begin, Defer, Skip, StartDecision, decide_start, is_late
-from ecron.store.base import Started, StartWrites, Store
+from ecron.store.base import Store
+from ecron.store.records import Started, StartWrites
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,13 +14,16 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
+from aiohttp import web
 from click.testing import CliRunner
 
 from ecron.cli import cli, client_cmds, validate  # noqa: F401  (registers commands)
 from ecron.cli.display import short_length
 from ecron.cli.group import COMMANDS
 from ecron.daemon import Daemon
+from ecron.ids import SHORT_ID
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, run_once
 from tests.support.processes import finished
@@ -258,3 +261,67 @@ async def test_tasks_at_80_columns_drop_whole_columns_and_never_cut_a_name_or_sc
     assert sorted(row[-1] for row in rows) == sorted(eid[:length] for eid in eids), out
     code, out, err = await ecron_process("show", eids[1][:length], "--api", api)
     assert code == 0 and eids[1] in out, err
+
+
+async def ended_run(daemon: Daemon) -> str:
+    """The id of a run of ``quick`` asked through the API, once it has ended."""
+    eid = await run_once(daemon, "quick")
+    await ended(daemon, eid)
+    return eid
+
+
+async def test_a_short_id_in_a_table_is_unique_in_the_whole_history(daemon: Daemon) -> None:
+    """Runs made within a minute share their first 8 characters (the top of a UUIDv7's
+    millisecond clock). ``ecron tasks`` shows only the last, and ``executions --limit 1``
+    one: each cuts it where it is the start of no other id in the database, not only of
+    those on screen, so ``ecron show`` finds it instead of answering 409."""
+    eids = [await ended_run(daemon), await ended_run(daemon)]
+    while eids[-1][:SHORT_ID] != eids[-2][:SHORT_ID]:  # the clock's top moved in between
+        eids.append(await ended_run(daemon))
+    api = f"http://127.0.0.1:{daemon.port}"
+    code, out, err = await ecron_process("tasks", "--api", api, columns=200)
+    assert code == 0, err
+    row = next(line.split() for line in out.splitlines() if line.startswith("quick"))
+    shown = row[-1]
+    assert eids[-1].startswith(shown) and len(shown) > SHORT_ID
+    assert not any(eid.startswith(shown) for eid in eids[:-1])
+    assert short_length([eids[-1]]) == SHORT_ID  # among the ids shown, 8 would have done
+    code, out, err = await ecron_process("show", shown, "--api", api)
+    assert code == 0 and eids[-1] in out, err
+    code, out, err = await ecron_process("show", eids[-1][:SHORT_ID], "--api", api)
+    assert code == 1 and "execution ids; give more of the id" in err, err
+    code, out, err = await ecron_process("executions", "--limit", "1", "--api", api)
+    assert code == 0, err
+    assert out.splitlines()[2].split()[0] == shown
+
+
+async def test_a_daemon_too_old_to_say_leaves_ids_unique_among_those_shown(
+    daemon: Daemon,
+) -> None:
+    """Against a daemon without ``/api/v1/short-ids`` (it answers 404: one of an older
+    version, here a server that serves a live daemon's task list and nothing else),
+    ``ecron tasks`` still prints its table, the ids cut where they differ from each other."""
+    eids = [await ended_run(daemon), await ended_run(daemon)]
+    api = f"http://127.0.0.1:{daemon.port}"
+    async with aiohttp.ClientSession() as session, session.get(api + "/api/v1/tasks") as got:
+        listed = await got.json()
+
+    async def task_list(_request: web.Request) -> web.Response:
+        return web.json_response(listed)
+
+    older = web.Application()
+    older.router.add_get("/api/v1/tasks", task_list)
+    runner = web.AppRunner(older)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = runner.addresses[0][1]
+        code, out, err = await ecron_process(
+            "tasks", "--api", f"http://127.0.0.1:{port}", columns=200
+        )
+    finally:
+        await runner.cleanup()
+    assert code == 0, err
+    row = next(line.split() for line in out.splitlines() if line.startswith("quick"))
+    assert row[-1] == eids[-1][:SHORT_ID]

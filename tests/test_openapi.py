@@ -18,7 +18,7 @@ from ecron.api.app import make_app
 from ecron.config.rules import PoolSpec
 from ecron.core import Status
 from ecron.signing import callback_token
-from ecron.store.base import TaskState
+from ecron.store.records import TaskState
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended
 from tests.support.openapi import AUTH, TOKEN, Recorder, api_context, served_document
@@ -74,7 +74,7 @@ async def test_a_route_added_without_documentation_is_reported(
     undocumented, unserved = openapi.mismatches(partial)
     assert undocumented == set()
     assert ("POST", "/api/v1/tasks/{name}/run") in unserved and ("GET", "/api/v1/audit") in unserved
-    assert len(unserved) == 9  # the 7 task operations and the 2 of the audit module
+    assert len(unserved) == 10  # the 7 task operations, the 2 of the audit module, short ids
 
 
 def test_the_snapshot_schemas_name_every_field_the_design_names() -> None:
@@ -149,6 +149,9 @@ async def test_answers_of_a_live_daemon_match_their_documented_schemas(
         await api.send("GET", "/api/v1/audit", params={"limit": "3"})
         await api.send("GET", "/api/v1/audit", params={"limit": "x"})  # 400
         await api.send("GET", "/api/v1/caller")
+        ids = [("id", quick["id"]), ("id", etl["id"]), ("id", "nope")]
+        await api.send("GET", "/api/v1/short-ids", params=ids)
+        await api.send("GET", "/api/v1/short-ids", params=[("id", str(n)) for n in range(101)])
         one = f"/api/v1/executions/{etl['id']}"
         await api.send("GET", "/api/v1/executions/{eid}", one)
         await api.send("GET", "/api/v1/executions/{eid}/steps", one + "/steps")
@@ -187,6 +190,7 @@ async def test_answers_of_a_live_daemon_match_their_documented_schemas(
     assert statuses["POST", backfill] == {200, 202, 400}
     assert statuses["GET", upcoming] == {200, 400}
     assert statuses["GET", "/static/{name}"] == {200, 404}
+    assert statuses["GET", "/api/v1/short-ids"] == {200, 400}
     assert len(statuses) == len(openapi.OPERATIONS) - 1  # all but the document itself
 
 

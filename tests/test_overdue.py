@@ -17,7 +17,7 @@ from ecron.config.model import TaskSpec
 from ecron.metrics import Metrics
 from ecron.overdue import Overdue, overdue_at
 from ecron.planning import FirstFireTimes
-from ecron.store.base import TaskState
+from ecron.store.records import TaskState
 from ecron.store.sql import SqlStore
 from tests.conftest import DaemonFactory, task
 from tests.support.rig import FakeClock

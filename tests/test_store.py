@@ -12,8 +12,8 @@ import pytest
 from ecron.core import Execution, FirePlan, Gate, Holder, Status, Step, TriggerKind
 from ecron.ids import new_eid
 from ecron.planning import Claim, FirstFireTimes, plan_fires
-from ecron.store.base import DueTask, Planner, StartWrites
 from ecron.store.migrate import HEAD, current_revision, head_revision, upgrade
+from ecron.store.records import DueTask, Planner, StartWrites
 from ecron.store.sql import SqlStore
 from ecron.store.writer import StateWriter
 from tests.conftest import task

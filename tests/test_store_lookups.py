@@ -13,9 +13,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from ecron.core import Execution, Status, TriggerKind
-from ecron.ids import new_eid
+from ecron.ids import SHORT_ID, new_eid, unique_prefix
 from ecron.store.sql import SqlStore
-from ecron.store.sql_lookups import durations_query, prefix_query
+from ecron.store.sql_lookups import durations_query, neighbours_query, prefix_query
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -181,3 +181,52 @@ async def test_the_prefix_query_reads_an_index_of_the_ids_as_bytes(store: SqlSto
             rows = await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {compiled}")
             plan = [row[-1] for row in rows]
     assert any(index in line for line in plan), plan
+
+
+async def test_the_eids_around_one_tell_the_shortest_prefix_that_names_it_alone(
+    store: SqlStore,
+) -> None:
+    """Per eid that is an execution's (a SCHEDULED claim too), the eids just before and after
+    it as bytes; an unknown eid is left out. What an id shares with them is the most it
+    shares with any id, so ``unique_prefix`` of them is the start of it alone."""
+    await add(store, *(named(eid) for eid in PREFIXED[:3]))
+    await add(store, named(PREFIXED[3], status=Status.SCHEDULED))
+    unknown = "01a2276a-4480-73e8-967c-b18487cf0009"
+    around = await store.eid_neighbours([*PREFIXED, unknown, PREFIXED[0]])
+    assert around == {
+        PREFIXED[0]: (None, PREFIXED[1]),
+        PREFIXED[1]: (PREFIXED[0], PREFIXED[2]),
+        PREFIXED[2]: (PREFIXED[1], PREFIXED[3]),
+        PREFIXED[3]: (PREFIXED[2], None),
+    }
+    prefixes = [unique_prefix(eid, *around[eid]) for eid in PREFIXED]
+    assert prefixes == [PREFIXED[0], PREFIXED[1], "01a2276a-5", "01a2276b"]
+    for eid, prefix in zip(PREFIXED, prefixes, strict=True):
+        assert [e.eid for e in await store.executions_by_prefix(prefix, 2)] == [eid]
+        shorter = prefix[:-1].rstrip("-")
+        if len(shorter) >= SHORT_ID:  # one character less names more than it
+            assert len(await store.executions_by_prefix(shorter, 2)) == 2
+    assert await store.eid_neighbours([]) == {}
+
+
+async def test_the_neighbours_query_reads_one_row_each_way_along_the_byte_index(
+    store: SqlStore,
+) -> None:
+    """The plan searches the index of the ids as bytes for each neighbour; it never scans
+    the table (the history may hold millions of executions)."""
+    await add(store, *(named(eid) for eid in PREFIXED))
+    postgres = store.dialect.name == "postgresql"
+    index = "ix_execution_eid_prefix" if postgres else "sqlite_autoindex"
+    async with store.engines.read() as conn:
+        compiled = neighbours_query(store.dialect, PREFIXED[1:3]).compile(
+            dialect=conn.dialect, compile_kwargs={"literal_binds": True}
+        )
+        if postgres:
+            await conn.exec_driver_sql("SET enable_seqscan = off")  # a tiny table otherwise
+            plan = [row[0] for row in await conn.exec_driver_sql(f"EXPLAIN {compiled}")]
+        else:
+            rows = await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {compiled}")
+            plan = [row[-1] for row in rows]
+    assert sum(index in line for line in plan) >= 4, plan
+    assert not any("Seq Scan" in line or line.startswith("SCAN execution") for line in plan), plan
+    assert not any("Sort" in line or "TEMP B-TREE" in line for line in plan), plan

@@ -20,8 +20,8 @@ from structlog.testing import capture_logs
 
 from ecron.core import Gate, Status, Step
 from ecron.planning import FirstFireTimes
-from ecron.store.base import StartWrites
 from ecron.store.engine import Engines
+from ecron.store.records import StartWrites
 from ecron.store.retry import ATTEMPTS, transient
 from ecron.store.sql import SqlStore
 from ecron.store.tables import execution_table

@@ -9,7 +9,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from ecron.api import audit, dashboard, executions, health, openapi, pools, tasks
+from ecron.api import audit, dashboard, executions, health, openapi, pools, short_ids, tasks
 from ecron.api.access import Callers, Origins, access_middleware
 from ecron.api.context import CONTEXT, ApiContext, error
 from ecron.errors import Ambiguous, Conflict, NotFound
@@ -76,6 +76,7 @@ def make_app(ctx: ApiContext) -> web.Application:
     app.add_routes(health.routes)
     app.add_routes(tasks.routes)
     app.add_routes(executions.routes)
+    app.add_routes(short_ids.routes)
     app.add_routes(pools.routes)
     app.add_routes(audit.routes)
     app.add_routes(dashboard.routes)

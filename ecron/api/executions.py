@@ -21,7 +21,7 @@ routes = web.RouteTableDef()
 #: Page size when none is asked for, and the most one page may hold.
 DEFAULT_LIMIT, MAX_LIMIT = 50, 500
 #: An execution id's characters (UUID text): what a prefix of one may be made of.
-_PREFIX = re.compile(r"[0-9a-f-]{1,36}")
+ID_TEXT = re.compile(r"[0-9a-f-]{1,36}")
 #: How many of the executions an ambiguous prefix names its answer lists.
 CANDIDATES = 10
 
@@ -84,7 +84,7 @@ async def find_execution(store: Store, name: str) -> Execution:
         return execution
     prefix = name.lower()
     found = []
-    if _PREFIX.fullmatch(prefix):
+    if ID_TEXT.fullmatch(prefix):
         found = await store.executions_by_prefix(prefix, CANDIDATES + 1)
     if len(found) == 1:
         return found[0]

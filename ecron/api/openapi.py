@@ -15,7 +15,7 @@ from aiohttp import web
 from pydantic.json_schema import models_json_schema
 
 import ecron
-from ecron.api import audit, root, schemas
+from ecron.api import audit, root, schemas, short_ids
 from ecron.api.access import DOCUMENT, needed_role
 from ecron.api.context import context
 from ecron.api.operation import (
@@ -330,7 +330,12 @@ _API: tuple[Operation, ...] = (
 )
 
 
-OPERATIONS: tuple[Operation, ...] = (*_API, *root.OPERATIONS, *audit.OPERATIONS)
+OPERATIONS: tuple[Operation, ...] = (
+    *_API,
+    *short_ids.OPERATIONS,
+    *root.OPERATIONS,
+    *audit.OPERATIONS,
+)
 
 _INTRO = """\
 ecron's REST API (under /api/v1) and its endpoints at the root. docs/api.md is the guide,

@@ -250,6 +250,19 @@ class AmbiguousId(Answer):
     detail: list[Candidate]
 
 
+class ShortId(Answer):
+    """An execution id and the shortest prefix of it that names it alone."""
+
+    id: str
+    prefix: str = Field(description="8 characters at least, never ending on a dash")
+
+
+class ShortIdList(Answer):
+    """The ids asked about that are executions', in the order asked."""
+
+    items: list[ShortId]
+
+
 class RaceConflict(Answer):
     """A 409 about what happened while the request was under way: the execution ended, or
     another stop of it was already under way (no snapshot: it was changing)."""
@@ -394,6 +407,8 @@ MODELS: tuple[type[BaseModel], ...] = (
     ExecutionConflict,
     Candidate,
     AmbiguousId,
+    ShortId,
+    ShortIdList,
     RaceConflict,
     CancelConflict,
     StepSnapshot,

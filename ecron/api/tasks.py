@@ -15,7 +15,7 @@ from ecron.clock import iso
 from ecron.errors import NotFound
 from ecron.planning import upcoming_fire_times
 from ecron.snapshots import execution_snapshot, task_snapshot
-from ecron.store.base import TaskState
+from ecron.store.records import TaskState
 
 routes = web.RouteTableDef()
 

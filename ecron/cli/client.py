@@ -38,7 +38,8 @@ class ApiClient:
         """Send one request; the status and the decoded JSON answer. Errors raise ``ApiError``."""
         url = self.base_url + path
         if query:
-            url += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
+            given = {k: v for k, v in query.items() if v is not None}
+            url += "?" + urllib.parse.urlencode(given, doseq=True)  # a list: the key per item
         headers = {"Accept": "application/json"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"

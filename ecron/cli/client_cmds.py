@@ -44,6 +44,24 @@ def get(api: str, token: str | None, path: str, **query: Any) -> Any:
         fail(exc)
 
 
+def id_length(api: str, token: str | None, ids: list[str]) -> int:
+    """How long a table's ids are cut: enough for each to be the start of no other id in
+    the daemon's whole history (``/api/v1/short-ids``), so that each works where a command
+    takes an EID; enough to tell apart those shown when the daemon cannot say (an older
+    one answers 404)."""
+    distinct = list(dict.fromkeys(ids))
+    among_shown = short_length(distinct)
+    if not distinct:
+        return among_shown
+    try:
+        answer = client(api, token).get("/api/v1/short-ids", id=distinct)
+    except ApiError as exc:
+        if exc.status == 404:
+            return among_shown
+        fail(exc)
+    return max([among_shown, *(len(item["prefix"]) for item in answer["items"])])
+
+
 @cli.command()
 @click.option(
     "--next",
@@ -76,7 +94,9 @@ def tasks(
     if as_json:
         print_json(answer)
         return
-    _print_tasks(answer["items"], wide)
+    lasts = [item["last_execution"] for item in answer["items"] if item.get("last_execution")]
+    length = 36 if wide else id_length(api, token, [last["id"] for last in lasts])
+    _print_tasks(answer["items"], wide, length)
     if upcoming is not None:
         try:
             print_upcoming(client(api, token), answer["items"], upcoming, start, wide=wide)
@@ -89,10 +109,9 @@ def tasks(
 _LEFT_OUT_FIRST = ("at", "last id", "last run", "next fire")
 
 
-def _print_tasks(items: list[dict[str, Any]], wide: bool) -> None:
+def _print_tasks(items: list[dict[str, Any]], wide: bool, length: int) -> None:
+    """The tasks table, last ids cut at ``length``."""
     when = Times(wide)
-    lasts = [item["last_execution"] for item in items if item.get("last_execution")]
-    length = 36 if wide else short_length(last["id"] for last in lasts)
     rows = []
     for item in items:
         last = item.get("last_execution") or {}
@@ -161,7 +180,8 @@ def executions(
         print_json(page)
         return
     when = Times(wide)
-    length = 36 if wide else short_length(item["id"] for item in page["items"])
+    shown = [item["id"] for item in page["items"]]
+    length = 36 if wide else id_length(api, token, shown)
     rows = [
         [
             item["id"][:length],

@@ -12,9 +12,8 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-#: Ids are never shown shorter than this (git's habit; 8 characters of a UUIDv7 are the
-#: top of its millisecond clock, so ids made close together need more).
-SHORT_ID = 8
+from ecron.ids import SHORT_ID, unique_prefix
+
 #: Statuses that never change again (the API's strings).
 FINAL = frozenset({"SUCCESS", "FAILED", "TIMED_OUT", "CANCELLED", "SKIPPED"})
 _COLOURS = {
@@ -39,14 +38,10 @@ def status_text(item: dict[str, Any]) -> str:
 def short_length(ids: Iterable[str]) -> int:
     """The shortest length (``SHORT_ID`` at least) at which the ids shown together all
     differ, like git's abbreviated object names; never one that ends on a dash."""
-    distinct = set(ids)
-    longest = max((len(eid) for eid in distinct), default=SHORT_ID)
-    length = SHORT_ID
-    while length < longest and len({eid[:length] for eid in distinct}) < len(distinct):
-        length += 1
-    if any(eid[length - 1 : length] == "-" for eid in distinct):
-        length += 1
-    return length
+    ordered = sorted(set(ids))
+    around = zip(ordered, [None, *ordered], [*ordered[1:], None], strict=False)
+    lengths = (len(unique_prefix(eid, before, after)) for eid, before, after in around)
+    return max(lengths, default=SHORT_ID)
 
 
 def parse_time(text: str | None) -> datetime | None:

@@ -46,7 +46,8 @@ from ecron.executor.calls import Calls
 from ecron.executor.held import Held
 from ecron.logs import writes
 from ecron.metrics import Metrics, Series
-from ecron.store.base import Store, Written
+from ecron.store.base import Store
+from ecron.store.records import Written
 from ecron.store.writer import StateWriter
 
 log = structlog.get_logger(__name__)

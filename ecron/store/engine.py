@@ -27,6 +27,23 @@ SQLITE_BUSY_TIMEOUT_MS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
+class ByteOrder:
+    """How ids are compared and sorted byte by byte along an index: SQLite's own operators
+    (its text compares as bytes), or PostgreSQL's pattern operators (its collation may not;
+    ``ix_execution_eid_prefix`` serves them). The sorts are ``ORDER BY`` suffixes."""
+
+    below: str = "<"
+    at_least: str = ">="
+    above: str = ">"
+    ascending: str = "ASC"
+    descending: str = "DESC"
+
+
+#: PostgreSQL's: its pattern operators, which sort along ``varchar_pattern_ops``.
+PATTERN_ORDER = ByteOrder("~<~", "~>=~", "~>~", "USING ~<~", "USING ~>~")
+
+
+@dataclass(frozen=True, slots=True)
 class Dialect:
     """What the backend can do, checked once at start-up."""
 
@@ -37,10 +54,8 @@ class Dialect:
     path: Path | None
     #: The dialect's ``INSERT`` (with ``ON CONFLICT``) for a table.
     insert: Callable[[sa.Table], Any]
-    #: The operators (at least, less than) that compare ids byte by byte along an index:
-    #: SQLite's own (its text compares as bytes), PostgreSQL's pattern operators (its
-    #: collation may not; ``ix_execution_eid_prefix`` serves them).
-    byte_order: tuple[str, str] = (">=", "<")
+    #: How ids compare byte by byte along an index.
+    byte_order: ByteOrder = ByteOrder()
 
 
 class Engines:
@@ -88,7 +103,7 @@ class Engines:
                 skip_locked=True,
                 path=None,
                 insert=postgresql.insert,
-                byte_order=("~>=~", "~<~"),
+                byte_order=PATTERN_ORDER,
             )
             # read-only: PostgreSQL refuses every write in the session's transactions
             settings = {"default_transaction_read_only": "on"} if read_only else {}

@@ -11,8 +11,8 @@ from sqlalchemy.engine import RowMapping
 
 from ecron.config.model import TaskSpec
 from ecron.core import Execution, Reason, Status, Step, TriggerKind
-from ecron.store.base import TaskState
 from ecron.store.bulk import Kind
+from ecron.store.records import TaskState
 from ecron.store.tables import UTCDateTime, execution_table
 
 #: Execution fields stored as columns of the same name (everything except ``steps``).

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ecron import __version__
 from ecron.core import ACTIVE, INTERRUPTED_REASONS, Execution, Status, Step, TriggerKind
-from ecron.store.base import Page, Store
+from ecron.store.base import Store
 from ecron.store.bulk import Batch, Kind
 from ecron.store.engine import Engines, cluster_lock
 from ecron.store.mapping import (
@@ -31,6 +31,7 @@ from ecron.store.mapping import (
     to_execution,
     to_step,
 )
+from ecron.store.records import Page
 from ecron.store.retry import retried, retrying
 from ecron.store.sql_audit import AuditOperations
 from ecron.store.sql_chains import ChainOperations

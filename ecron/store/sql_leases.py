@@ -19,9 +19,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ecron.core import ACTIVE, HELD, Execution, FirePlan, Gate, Holder, Status, TriggerKind
 from ecron.core.plans import InLine, PoolGate
-from ecron.store.base import Claimed, Decider, DueTask, Planner, Started, StartWrites
 from ecron.store.bulk import Batch, Kind
 from ecron.store.engine import Dialect, Engines
+from ecron.store.records import Claimed, Decider, DueTask, Planner, Started, StartWrites
 from ecron.store.retry import retried, retrying
 from ecron.store.sql_pools import IN_LINE
 from ecron.store.sql_tasks import can_fire

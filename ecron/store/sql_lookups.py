@@ -1,11 +1,12 @@
-"""Reads for people, in SQL: executions named by a prefix of their eid, and the durations
-of a task's recent successful runs (which a snapshot's ETA rests on). Each reads a few
-rows along an index of its own (migrations 0005, 0006 and 0007)."""
+"""Reads for people, in SQL: executions named by a prefix of their eid, the eids around one
+(how short a prefix names it alone), and the durations of a task's recent successful runs
+(which a snapshot's ETA rests on). Each reads a few rows along an index of its own
+(migrations 0005, 0006 and 0007)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -17,7 +18,8 @@ from ecron.store.engine import Dialect, Engines
 from ecron.store.retry import retried
 from ecron.store.tables import execution_table
 
-#: At most this many tasks go into one statement (SQLite allows 500 parts to a UNION).
+#: At most this many tasks (or eids) go into one statement (SQLite allows 500 parts to a
+#: UNION).
 _TASKS_PER_STATEMENT = 100
 #: Written out, not bound: the partial index ``ix_execution_task_success`` is used only when
 #: the query's condition is visibly the index's (SQLite cannot see through a parameter).
@@ -29,14 +31,38 @@ def prefix_query(dialect: Dialect, prefix: str, limit: int) -> sa.Select[Any]:
     the text just after every text it starts, compared as bytes (``Dialect.byte_order``)."""
     assert prefix, "an empty prefix names every execution"
     upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-    at_least, below = dialect.byte_order
+    order = dialect.byte_order
     eid = execution_table.c.eid
     return (
         sa.select(execution_table)
-        .where(eid.op(at_least)(prefix), eid.op(below)(upper))
+        .where(eid.op(order.at_least)(prefix), eid.op(order.below)(upper))
         .order_by(eid)
         .limit(limit)
     )
+
+
+def neighbours_query(dialect: Dialect, eids: Sequence[str]) -> sa.CompoundSelect[Any]:
+    """Per eid, whether an execution has it and the eids just before and after it, as
+    bytes: three reads of one row each along the eid's index, one part per eid."""
+    order = dialect.byte_order
+    eid = execution_table.c.eid
+
+    def nearest(compare: str, sort: str, to: str) -> sa.ScalarSelect[Any]:
+        ordered = sa.text(f"{eid.name} {sort}")
+        return (
+            sa.select(eid).where(eid.op(compare)(to)).order_by(ordered).limit(1).scalar_subquery()
+        )
+
+    parts = [
+        sa.select(
+            sa.literal(one).label("eid"),
+            sa.exists().where(eid == one).label("known"),
+            nearest(order.below, order.descending, one).label("before"),
+            nearest(order.above, order.ascending, one).label("after"),
+        )
+        for one in eids
+    ]
+    return sa.union_all(*parts)
 
 
 def durations_query(names: Sequence[str], count: int) -> sa.CompoundSelect[Any]:
@@ -80,6 +106,20 @@ class LookupOperations:
             found = await self._read_executions(conn, prefix_query(self.dialect, prefix, limit))
         # the database orders by its collation; people see the order of the bytes
         return sorted(found, key=lambda execution: execution.eid)
+
+    @retried("eid_neighbours")
+    async def eid_neighbours(
+        self, eids: Collection[str]
+    ) -> dict[str, tuple[str | None, str | None]]:
+        unique = list(dict.fromkeys(eids))
+        around: dict[str, tuple[str | None, str | None]] = {}
+        async with self.engines.read() as conn:
+            for start in range(0, len(unique), _TASKS_PER_STATEMENT):
+                chunk = unique[start : start + _TASKS_PER_STATEMENT]
+                for row in await conn.execute(neighbours_query(self.dialect, chunk)):
+                    if row.known:
+                        around[row.eid] = (row.before, row.after)
+        return around
 
     @retried("recent_durations")
     async def recent_durations(

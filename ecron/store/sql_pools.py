@@ -11,8 +11,8 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from ecron.core import ACTIVE, Status
-from ecron.store.base import PoolState
 from ecron.store.engine import Engines
+from ecron.store.records import PoolState
 from ecron.store.retry import retried
 from ecron.store.tables import execution_table, pool_table, task_table
 

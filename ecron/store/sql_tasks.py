@@ -13,11 +13,11 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ecron.config.model import TaskSpec
-from ecron.store.base import SyncResult, TaskState
 from ecron.store.bulk import Batch, Kind
 from ecron.store.changes import FirstFires, StoredTask, spec_json, task_set_change
 from ecron.store.engine import Engines
 from ecron.store.mapping import to_task
+from ecron.store.records import SyncResult, TaskState
 from ecron.store.retry import retried, retrying
 from ecron.store.tables import task_table
 
