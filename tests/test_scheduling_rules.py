@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ecron.config.model import TaskSpec
-from ecron.core import Execution, Reason, Status, TriggerKind
+from ecron.core import Execution, FirePlan, Reason, Status, TriggerKind
 from ecron.planning import (
     MAX_FIRES_PER_CLAIM,
     MISFIRE_RECORDS,
@@ -20,7 +20,6 @@ from ecron.planning import (
     plan_retry,
     retry_delay,
 )
-from ecron.store.base import FirePlan
 from tests.conftest import task
 from tests.protocol_support import reply
 from tests.support.rig import rig
