@@ -24,7 +24,7 @@ from ecron.core import Status
 from ecron.daemon import Daemon
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, reply, run_once
-from tests.support.browser import WebDriver, browser_session, dashboard
+from tests.support.browser import Page, WebDriver, browser_session, dashboard
 from tests.support.service import JSON_BODY, UserService, wait_for
 
 #: Where the screenshot is copied when ECRON_SAVE_SCREENSHOT=1 (README links it).
@@ -99,6 +99,10 @@ async def test_a_running_execution_shows_its_progress_advancing_and_its_eta_and_
             DOCS_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(shot, DOCS_SCREENSHOT)
         assert shot.read_bytes().startswith(b"\x89PNG")
+        for part in ("fill", "empty"):  # the percentage reads on the bar's both parts
+            assert await contrast(page, eid, part) >= 4.5, part
+        await page.call(driver.set_window_size, 900, 1000)  # a narrow window wraps first
+        assert await broken_over_lines(page, ".id, time, .eta") == []
 
         await page.click(f'#running button[data-action="cancel"][data-target="{eid}"]')
         assert eid in await page.accept_confirm()
@@ -111,6 +115,42 @@ async def test_a_running_execution_shows_its_progress_advancing_and_its_eta_and_
         assert stored is not None and stored.status is Status.CANCELLED
         assert user_service.methods_for(eid)[-1] == "DELETE"
         assert await page.console_errors() == []
+
+
+#: Reads the colours of a progress bar's percentage and of what is under it (the fill or
+#: the empty bar) as ``[r, g, b]`` lists.
+_COLOURS = """
+const bar = document.querySelector(arguments[0]);
+const rgb = text => text.match(/[\\d.]+/g).slice(0, 3).map(Number);
+const under = arguments[1] === "fill" ? bar.querySelector(".fill") : bar;
+return [rgb(getComputedStyle(bar.querySelector(".pct")).color),
+        rgb(getComputedStyle(under).backgroundColor)];
+"""
+
+
+def luminance(rgb: list[float]) -> float:
+    """WCAG 2's relative luminance of an sRGB colour."""
+    linear = [c / 255 / 12.92 if c <= 10.31 else ((c / 255 + 0.055) / 1.055) ** 2.4 for c in rgb]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+async def contrast(page: Page, eid: str, part: str) -> float:
+    """WCAG 2's contrast ratio of execution ``eid``'s percentage over its bar's ``part``."""
+    text, ground = await page.script(_COLOURS, f'#running tr[data-key="{eid}"] .bar', part)
+    light, dark = sorted((luminance(text), luminance(ground)), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
+
+async def broken_over_lines(page: Page, css: str) -> list[str]:
+    """The texts of the elements matching ``css`` that the page lays out over more than one
+    line (an inline element broken over lines has a box per line)."""
+    found: list[str] = await page.script(
+        "return [...document.querySelectorAll(arguments[0])]"
+        ".filter(e => e.offsetParent !== null && e.getClientRects().length > 1)"
+        ".map(e => e.textContent);",
+        css,
+    )
+    return found
 
 
 async def test_run_now_starts_an_execution_that_appears_in_the_running_list_and_the_history(
@@ -417,3 +457,22 @@ async def test_a_stalled_execution_is_marked_in_the_running_list_and_on_its_page
         ):
             snapshot = await answer.json()
     assert snapshot["stalled"] is True and snapshot["status"] == "RUNNING"
+
+
+async def test_a_page_of_nothing_says_its_404_where_it_said_loading(
+    make_daemon: DaemonFactory, user_service: UserService, driver: WebDriver
+) -> None:
+    """A link to a task or an execution that is not there (renamed, purged, mistyped): the
+    page says the API's 404 where it said "loading…" and in its problem line, rather than
+    keep "loading…" as if an answer were still coming."""
+    spec = task("nightly", f"{user_service.url}/jobs/x", schedule="0 3 * * *")
+    async with make_daemon([spec]) as daemon:
+        page = dashboard(driver, daemon)
+        for fragment, missing in (
+            ("#/tasks/no-such-task", "no-such-task"),
+            ("#/executions/0123abcd", "0123abcd"),
+        ):
+            await page.open(fragment)
+            problem = await page.wait_text("#problem", lambda text: "404" in text, "the 404")
+            assert missing in problem, problem
+            assert await page.text("#summary") == f"not loaded: {problem}"
