@@ -220,6 +220,12 @@ async def test_a_steps_remote_id_moves_that_step_on_either_channel(
         await wait_for(lambda: user_service.calls_for(first), timeout=5)
         await channel(daemon, first, {"status": "SUCCESS"}, token_of(user_service, first))
         await wait_for(lambda: user_service.calls_for(second), timeout=5)
+
+        async def second_running() -> bool:  # the trigger's answer written, not only sent
+            steps = (await stored(daemon, eid)).steps
+            return steps[1].status is Status.RUNNING
+
+        await wait_for(second_running, timeout=5)
         await channel(daemon, second, {"status": "SUCCESS"}, token_of(user_service, first))
         refused = await stored(daemon, eid)
         await channel(daemon, second, {"status": "SUCCESS"}, token_of(user_service, second))

@@ -444,7 +444,12 @@ async def test_an_execution_of_a_task_this_node_does_not_know_is_handed_back_not
         assert await r.store.create_execution(stranger) is not None
         r.engine.adopt(stranger)
         await wait_for(lambda: "stranger" not in r.engine.held)
-        released = await r.store.get_execution("stranger")
+
+        async def handed_back() -> Execution | None:  # the release written, not only decided
+            row = await r.store.get_execution("stranger")
+            return row if row is not None and row.owner is None else None
+
+        released = await wait_for(handed_back)
         await r.commands.run_now("known")
         await wait_for(lambda: r.any_status("known", Status.RUNNING))
         r.clock.advance(timedelta(seconds=1))  # the poll (through the same workers) is due
