@@ -546,7 +546,12 @@ class Databases:
             processes = [root, *root.children(recursive=True)]
         except (psutil.Error, AssertionError, TypeError):
             return None
+        # the backends that have ended: their CPU is in the postmaster's children times
+        # (without it, a backend that ends makes the total go down)
         total = 0.0
+        with contextlib.suppress(psutil.Error):
+            ended = root.cpu_times()
+            total += ended.children_user + ended.children_system
         for process in processes:
             with contextlib.suppress(psutil.Error):
                 times = process.cpu_times()

