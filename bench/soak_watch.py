@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
 import statistics
 import time
@@ -36,6 +37,7 @@ LEVELS = (
     "cpu_percent",
     "database_cpu_percent",
     "in_flight",
+    "load_avg_1m",
 )
 #: The work done, per interval (the sample holds the differences).
 WORK = (
@@ -221,6 +223,8 @@ class Sampler:
                 elapsed = time.monotonic() - started
                 after, cpu_after = await self.totals(), self.cpu()
                 sample = {"t_s": round(elapsed, 1), **self.process(), **await self.backends()}
+                # what else the machine ran: the soak alone keeps it well under 1
+                sample["load_avg_1m"] = round(os.getloadavg()[0], 2)
                 sample |= cpu_percent(
                     cpu_before, cpu_after, elapsed - samples[-1]["t_s"] if samples else elapsed
                 )
@@ -318,6 +322,7 @@ def progress(sample: dict[str, Any]) -> str:
         f"{s['conn_database']}/{s['conn_service']}/{s['conn_api']}"
         + (f"  pg {s['pg_backends']}" if s["pg_backends"] is not None else "")
         + f"  healthz p50 {show(s['health_ms_p50'])} ms  cpu {show(s['cpu_percent'])}%"
+        f"  load {s['load_avg_1m']}"
         f"  fires {s['fires']:.0f}  polls {s['polls']:.0f}  callbacks {s['callbacks_accepted']:.0f}"
         f"  reads {s['reads_answered']:.0f}  runs {s['runs_created']:.0f}  errors {s['errors']:.0f}"
     )
