@@ -10,7 +10,8 @@ second trigger of an eid already seen counts as a duplicate.
   of the time gone, then ``SUCCESS``.
 - ``/jobs/callback``: jobs that report by callback only (``mode: callback``): after each
   ``--callback-step`` the service posts ``RUNNING`` 30, ``RUNNING`` 70 and ``SUCCESS`` to the
-  trigger's ``X-Ecron-Callback-Url`` with its token, and counts the answers by status.
+  trigger's ``X-Ecron-Callback-Url`` with its token (on at most 10 connections), and counts
+  the answers by status.
 
 ``GET /_stats`` gives the counters so far (``bench.soak`` takes the differences).
 """
@@ -35,6 +36,9 @@ CALLBACK_REPORTS = (
     {"status": "RUNNING", "progress": 70, "message": "nearly there"},
     {"status": "SUCCESS", "result": {"rows": 42}},
 )
+
+#: The most connections the callbacks are posted on at once.
+CALLBACK_CONNECTIONS = 10
 
 
 class Soak:
@@ -127,7 +131,10 @@ def make_app(soak: Soak) -> web.Application:
 
     async def session(_: web.Application) -> Any:
         timeout = aiohttp.ClientTimeout(total=30)
-        soak.session = aiohttp.ClientSession(timeout=timeout)
+        # at most CALLBACK_CONNECTIONS to the daemon, so that its API connections stay level
+        # whatever the callbacks' latency (a slow moment otherwise opens more, and they stay)
+        connector = aiohttp.TCPConnector(limit=CALLBACK_CONNECTIONS)
+        soak.session = aiohttp.ClientSession(timeout=timeout, connector=connector)
         yield
         for task in list(soak.reporting):
             task.cancel()
