@@ -380,11 +380,21 @@ class Daemon:
         return f"http://127.0.0.1:{self.port}"
 
     @classmethod
-    def start(cls, config: Path, database_url: str, logs: Path, name: str = "ecron") -> Daemon:
-        port = free_port()
+    def start(
+        cls,
+        config: Path,
+        database_url: str,
+        logs: Path,
+        name: str = "ecron",
+        port: int | None = None,
+        core: int = SUBJECT_CORE,
+    ) -> Daemon:
+        """Start it on ``port`` (a free one when not given: a config that names the
+        daemon's own address, as ``public_url`` does, needs it before) and ``core``."""
+        port = port or free_port()
         env = {"ECRON_DATABASE_URL": database_url, "ECRON_LISTEN": f"127.0.0.1:{port}"}
         command = [*current_ecron().command(), "run", "-c", str(config)]
-        return cls(Child.start(name, command, SUBJECT_CORE, logs, env), port)
+        return cls(Child.start(name, command, core, logs, env), port)
 
     async def wait_ready(self, timeout: float, path: str = "/readyz") -> float:
         """Wait until ``path`` answers 200; the wall-clock time (``time.time()``) it did.
@@ -536,7 +546,12 @@ class Databases:
             processes = [root, *root.children(recursive=True)]
         except (psutil.Error, AssertionError, TypeError):
             return None
+        # the backends that have ended: their CPU is in the postmaster's children times
+        # (without it, a backend that ends makes the total go down)
         total = 0.0
+        with contextlib.suppress(psutil.Error):
+            ended = root.cpu_times()
+            total += ended.children_user + ended.children_system
         for process in processes:
             with contextlib.suppress(psutil.Error):
                 times = process.cpu_times()

@@ -227,3 +227,27 @@ def test_pools_runs_the_same_load_in_pools_and_without_and_triggers_every_fire_t
         assert run["duplicates"] == 0, run
         assert run["rows_success"] >= run["triggered"], run
     assert figures["ratio"]["cpu_per_fire"] is not None
+
+
+def test_soak_samples_the_daemon_from_outside_and_does_every_kind_of_work(tmp_path: Path) -> None:
+    """A 15-second soak at a small load (5 tasks every second, 20 long jobs of about 5 s,
+    2 callback tasks every second), a sample every 3 s: each sample is a line of the
+    samples file with the daemon's RSS, file descriptors and connections and the health
+    latency; fires, polls, callbacks, API reads and the keeper's manual runs were all done,
+    and nothing failed."""
+    samples = tmp_path / "soak.jsonl"
+    figures = run_bench(
+        "soak", "--minutes", "0.25", "--interval", "3", "--samples", str(samples),
+        "--fire-tasks", "5", "--long-jobs", "20", "--job-seconds", "5",
+        "--callback-tasks", "2", "--callback-every", "1s",
+    )  # fmt: skip
+    soak = figures["ecron"]
+    lines = [json.loads(line) for line in samples.read_text().splitlines()]
+    assert soak["samples"] == len(lines) == 5 and soak["samples_file"] == str(samples)
+    for key in ("rss_mib", "fds", "conn_service", "conn_api", "health_ms_p50"):
+        assert soak["levels"][key]["start"] is not None and soak["levels"][key]["end"], key
+    totals = soak["totals"]
+    for key in ("fires", "polls", "callbacks_accepted", "reads_answered", "runs_created"):
+        assert totals[key] > 0, (key, totals)
+    assert totals["errors"] == 0, totals
+    assert soak["rss_kib_per_min_second_half"] is not None
