@@ -190,24 +190,33 @@ class Leases:
     async def run(self) -> None:
         """Heartbeat and lease renewal at half the lease TTL, until cancelled. A lease not
         renewed is let go; when the database cannot be reached long enough for this node's
-        leases to expire, it lets go of everything: another node may have taken over."""
+        leases to expire, it lets go of everything: another node may have taken over. Each
+        round's end is told to ``Held`` (``renewed``): a node woken from a pause longer than
+        its leases sends nothing before the round after it has let go of what it lost."""
         interval = self.settings.lease_ttl.total_seconds() / 2
         valid_until = self.full_until(self.clock.now())
-        while not await self.clock.wait(self._stopping, interval):
-            now = self.clock.now()
-            try:
-                await self.store.heartbeat(self.node_id, now)
-                self.live_nodes = await self.store.live_nodes(now - self.settings.lease_ttl)
-                lost = await self.renew()
-            except Exception:
-                log.exception("lease_renewal_failed", leases=len(self.held))
-                if self.clock.now() >= valid_until:
-                    log.error("leases_expired_unrenewed", released=len(self.held))
-                    self._let_go(list(self.held))
-                continue
-            valid_until = self.full_until(now)
-            if lost:
-                self._let_go(lost)
+        self.held.renewed(valid_until)
+        try:
+            while not await self.clock.wait(self._stopping, interval):
+                now = self.clock.now()
+                try:
+                    await self.store.heartbeat(self.node_id, now)
+                    self.live_nodes = await self.store.live_nodes(now - self.settings.lease_ttl)
+                    lost = await self.renew()
+                except Exception:
+                    log.exception("lease_renewal_failed", leases=len(self.held))
+                    if self.clock.now() >= valid_until:
+                        log.error("leases_expired_unrenewed", released=len(self.held))
+                        self._let_go(list(self.held))
+                    self.held.renewed(None)
+                    continue
+                valid_until = self.full_until(now)
+                if lost:
+                    self._let_go(lost)
+                self.held.renewed(valid_until)
+        finally:  # no round comes any more: nobody waits for one (the node is stopping)
+            self.held.renewed_until = None
+            self.held.renewed(None)
 
     def stop(self) -> None:
         """End the renewal loop after the renewal under way, if any."""

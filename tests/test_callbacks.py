@@ -11,6 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from structlog.testing import capture_logs
 
 from ecron.core import Reason, Status
 from ecron.daemon import Daemon
@@ -249,3 +250,32 @@ async def test_callback_mode_resolves_an_unknown_trigger_outcome_by_sending_it_a
         await wait_for(running, timeout=5)
     assert user_service.methods_for(eid) == ["POST", "POST"]
     assert user_service.starts[eid] == 1
+
+
+async def test_a_request_whose_caller_hangs_up_before_it_is_read_is_a_warning_not_an_error(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """A request that announces a 100-byte body and hangs up after one byte, as a caller
+    (the callback balancer of the pause loops) that gave up waiting on a paused node does:
+    the node logs ``api_caller_gone`` at warning, not ``api_error`` with a traceback, and
+    goes on answering."""
+    head = (
+        b"POST /api/v1/tasks/job/pause HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+    )
+    async with make_daemon([task("job", f"{user_service.url}/jobs/x")]) as daemon:
+        with capture_logs() as logs:
+            _, writer = await asyncio.open_connection("127.0.0.1", daemon.port)
+            writer.write(head)
+            await writer.drain()
+            writer.close()
+            await writer.wait_closed()
+            await wait_for(lambda: any(e["event"] == "api_caller_gone" for e in logs), timeout=5)
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{daemon.port}/healthz") as response,
+        ):
+            assert response.status == 200
+    [gone] = [e for e in logs if e["event"] == "api_caller_gone"]
+    assert gone["log_level"] == "warning" and gone["path"] == "/api/v1/tasks/job/pause"
+    assert not [e for e in logs if e["event"] == "api_error"]

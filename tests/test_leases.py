@@ -17,13 +17,16 @@ from ecron.store.sql import SqlStore
 from ecron.store.tables import execution_table
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, run_once
-from tests.support.rig import rig
+from tests.support.rig import FakeClock, rig
 from tests.support.service import UserService, wait_for
 
 
-async def take_over(store: SqlStore, eid: str, node: str) -> Execution:
-    """Another node takes ``eid``'s lease, as claim_runnable does once a lease expired
-    (here at once: the holder is as good as paused)."""
+async def take_over(
+    store: SqlStore, eid: str, node: str, until: datetime | None = None
+) -> Execution:
+    """Another node takes ``eid``'s lease (until ``until``, when given), as claim_runnable
+    does once a lease expired (here at once: the holder is as good as paused)."""
+    lease = {} if until is None else {"lease_until": until}
     async with store.engines.write() as conn:
         await conn.execute(
             sa.update(execution_table)
@@ -32,6 +35,7 @@ async def take_over(store: SqlStore, eid: str, node: str) -> Execution:
                 owner=node,
                 fence=execution_table.c.fence + 1,
                 version=execution_table.c.version + 1,
+                **lease,
             )
         )
     taken = await store.get_execution(eid)
@@ -107,6 +111,37 @@ async def test_a_node_whose_lease_was_taken_over_cannot_write_the_execution_any_
     assert (after.owner, after.fence, after.version) == ("intruder", 2, taken.version)
     assert after.progress == taken.progress
     assert len(user_service.calls_for(eid, "GET")) <= polls + 1  # one under way as it let go
+
+
+async def test_a_node_woken_from_a_pause_past_its_leases_sends_nothing_for_what_was_taken_over(
+    make_daemon: DaemonFactory, user_service: UserService, database_url: str
+) -> None:
+    """The node is paused past its lease_ttl (its clock jumps 5 s with every timer due at
+    once, as after SIGCONT) while another node takes one of its two executions over. On
+    waking its renewal round comes before any call: it lets that execution go without a
+    poll about it, and polls on the other, whose lease it still holds."""
+    clock = FakeClock(datetime(2026, 3, 1, 12, 0, tzinfo=UTC))
+    user_service.on_clock(clock)
+    user_service.durations.update(lost=3600, kept=3600)
+    lost_spec = task("lost", f"{user_service.url}/jobs/lost", poll_interval="100ms")
+    kept_spec = task("kept", f"{user_service.url}/jobs/kept", poll_interval="100ms")
+    intruder = SqlStore.open(database_url)
+    try:
+        async with make_daemon([lost_spec, kept_spec], clock=clock, lease_ttl="2s") as daemon:
+            lost, kept = await run_once(daemon, "lost"), await run_once(daemon, "kept")
+            await wait_for(lambda: daemon.engine.settled(clock.now()), timeout=5)  # triggered
+            assert user_service.methods_for(lost) == ["POST"]
+            await take_over(intruder, lost, "intruder", until=clock.now() + timedelta(hours=1))
+            kept_calls = len(user_service.calls_for(kept))
+            clock.advance(timedelta(seconds=5))  # the pause ends: every timer is due at once
+            await wait_for(lambda: lost not in daemon.engine.held, timeout=5)
+            await wait_for(lambda: len(user_service.calls_for(kept)) > kept_calls, timeout=5)
+            after = await intruder.get_execution(lost)
+    finally:
+        await intruder.close()
+    assert user_service.methods_for(lost) == ["POST"]  # no poll left after the wake
+    assert user_service.methods_for(kept)[kept_calls:] == ["GET"]
+    assert after is not None and after.owner == "intruder"
 
 
 async def test_a_node_that_lost_its_lease_learns_it_at_the_next_renewal_without_a_write(

@@ -279,7 +279,13 @@ TABLE = [
         Close(NOW + 20 * SECOND),
     ),
     # -- ends
-    Row("an end just recorded is booked", None, ended(RUNNING), POLLED, Finish()),
+    Row(
+        "an end just recorded is booked",
+        ended(RUNNING).transition.after,
+        ended(RUNNING),
+        POLLED,
+        Finish(),
+    ),
     Row(
         "a claim recorded SKIPPED is booked like any end",
         SCHEDULED.evolve(status=Status.SKIPPED, finished_at=NOW),
@@ -293,6 +299,20 @@ TABLE = [
         "a write that lost its lease leaves nothing to do here",
         None,
         recorded(RUNNING, RUNNING.evolve(progress=5.0)),
+        POLLED,
+        Drop("not held here"),
+    ),
+    Row(
+        "an end whose write lost its lease is not booked here (the holder books its own)",
+        None,
+        ended(RUNNING),
+        POLLED,
+        Drop("not held here"),
+    ),
+    Row(
+        "a deadline found passed by a write that lost its lease cancels nothing here",
+        None,
+        recorded(PAST_DEADLINE, PAST_DEADLINE, cancel_due=True),
         POLLED,
         Drop("not held here"),
     ),

@@ -39,6 +39,11 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         if "Allow" in exc.headers:  # a 405 says which methods the path takes
             answer.headers["Allow"] = exc.headers["Allow"]
         return answer
+    except ConnectionResetError:
+        # the caller hung up before its request was read (it gave up waiting while this
+        # node was paused, say): nothing was done, and nobody is left to read an answer
+        log.warning("api_caller_gone", method=request.method, path=request.path)
+        return error(400, "the request was cut off before it was read")
     except Exception:
         log.exception("api_error", method=request.method, path=request.path)
         return error(500, "internal error", "see the daemon's log")

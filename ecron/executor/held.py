@@ -1,10 +1,13 @@
 """What this node holds: the newest state of every execution it has a lease on (claimed
 ahead, waiting to start, or active), with an index of the active ones per task and of
-those that wait. Memory only, no I/O."""
+those that wait; and until when its leases are known to run (``confirmed``: what a node
+woken from a pause waits for before it sends anything). Memory only, no I/O."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator, Mapping
+from datetime import datetime
 from typing import Any
 
 from ecron.core import ACTIVE, Execution, Status
@@ -18,6 +21,10 @@ class Held(Mapping[str, Execution]):
         self._active: dict[str, set[str]] = {}
         #: Claimed runs that wait to start (their pool, an older run, ``Retry-After``).
         self._waiting: set[str] = set()
+        #: Until when every lease held here runs at least: the last renewal that landed,
+        #: counted from before it left (``Leases.run``); None while no renewal loop runs.
+        self.renewed_until: datetime | None = None
+        self._round = asyncio.Event()
 
     def __getitem__(self, eid: str) -> Execution:
         return self._by_eid[eid]
@@ -62,6 +69,23 @@ class Held(Mapping[str, Execution]):
         del self._by_eid[eid]
         self._index(execution, None)
         return execution
+
+    def renewed(self, until: datetime | None) -> None:
+        """A renewal round ended (``Leases.run``): ``until`` when it landed (what it lost is
+        let go already), None when it failed; whoever waits in ``confirmed`` looks again."""
+        if until is not None:
+            self.renewed_until = until
+        self._round.set()
+        self._round = asyncio.Event()
+
+    async def confirmed(self, now: datetime) -> None:
+        """Before a call about an execution held here leaves: when this node's leases may have
+        run out since their last renewal (the node was paused: a GC, a VM migration, a
+        laptop lid, SIGSTOP), wait for the renewal round that follows, which lets go of what
+        another node took over meanwhile (or of everything, when it fails past the leases).
+        The caller then sends only for what it still holds."""
+        if self.renewed_until is not None and now >= self.renewed_until:
+            await self._round.wait()
 
     def active_of(self, task: str) -> set[str]:
         """The eids of ``task``'s active executions held here."""

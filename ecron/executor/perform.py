@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
+from itertools import compress
 
 import structlog
 
@@ -94,9 +95,12 @@ class Performer:
         change = await self.recorder.record(execution, self.calls.trigger_sent(execution))
         return Happened(execution.eid, change.stored, Recorded(change.transition), change)
 
-    async def trigger(self, execution: Execution, probe_first: bool) -> Happened | Retrying:
+    async def trigger(self, execution: Execution, probe_first: bool) -> Happened | Retrying | None:
         """The first try of the trigger of the call in flight (started already); what it
-        came to, or ``Retrying`` when it asks for more tries."""
+        came to, ``Retrying`` when it asks for more tries, or None when this node found,
+        its leases confirmed, that it no longer holds the execution on that lease."""
+        if not await self._confirmed(execution.eid, execution.fence):
+            return None
         call, ctx = self.calls.call_of(execution)
         attempt = Attempt(
             self.caller, call, ctx, probe_first, partial(self._still_ours, execution.eid)
@@ -114,6 +118,14 @@ class Performer:
         if attempt.abandoned:
             return None
         return await self.triggered(retrying.execution, attempt, outcome)
+
+    async def _confirmed(self, eid: str, fence: int | None = None) -> bool:
+        """Before a call about ``eid`` leaves: does this node still hold it (on ``fence``,
+        when given), once its leases are confirmed (``Held.confirmed``: after a pause past
+        them, the renewal that lets go of what was lost comes first)?"""
+        await self.held.confirmed(self.clock.now())
+        held = self.held.get(eid)
+        return held is not None and (fence is None or held.fence == fence)
 
     async def _still_ours(self, eid: str) -> bool:
         """Before a trigger is tried again: is the execution still this node's, not ended
@@ -185,7 +197,11 @@ class Performer:
         """Poll ``items`` (eid, call context, first poll after a takeover) under ``call``:
         one GET for one without a batch endpoint, else batch polls; each answer recorded as
         a poll's (None when it no longer counts, an exception in its place when that failed
-        unexpectedly)."""
+        unexpectedly). Only what this node still holds is polled, its leases confirmed."""
+        kept = [await self._confirmed(eid) for eid, _, _ in items]
+        if not all(kept):  # let go meanwhile (lost while the node was paused, say)
+            answers = iter(await self.poll(call, list(compress(items, kept))) if any(kept) else [])
+            return [next(answers) if keep else None for keep in kept]
         if call.batch_poll_url is None and len(items) == 1:  # the common case, direct
             eid, ctx, after_takeover = items[0]
             try:

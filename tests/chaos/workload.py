@@ -195,17 +195,24 @@ async def _serve(stack: AsyncExitStack, app: web.Application) -> str:
 
 
 @asynccontextmanager
-async def serve_workload(targets: Callable[[], list[str]]) -> AsyncIterator[Workload]:
+async def serve_workload(
+    targets: Callable[[], list[str]], watch: Any = None
+) -> AsyncIterator[Workload]:
     """Serve the three user services and the callback balancer (``targets``: the API URLs
-    of the nodes that are up)."""
+    of the nodes that are up); ``watch``, an aiohttp middleware, first sees every call to
+    the three services (the pause loops find out which node sent each)."""
     log = StartLog()
     user = UserService(duration=0.2, durations=dict(DURATIONS), trigger_delay=0.05)
+    user_app = user.app()
     jobs = job_service.JobService(default_duration=0.3)
     jobs_app = job_service.make_app(service=jobs)
     jobs_app.middlewares.insert(0, _recording("job_service", lambda: jobs.jobs, log))
     pushes_app = callback_service.make_app(default_duration=1.0, report_every=0.3)
     pushes = pushes_app[callback_service.SERVICE]
     pushes_app.middlewares.insert(0, _recording("callback_service", lambda: pushes.jobs, log))
+    if watch is not None:
+        for app in (user_app, jobs_app, pushes_app):
+            app.middlewares.insert(0, watch)
     job_log = _LogLines()
     service_logger = logging.getLogger("job_service")
     service_logger.addHandler(job_log)
@@ -213,7 +220,7 @@ async def serve_workload(targets: Callable[[], list[str]]) -> AsyncIterator[Work
     async with AsyncExitStack() as stack:
         stack.callback(service_logger.removeHandler, job_log)
         urls = {
-            "user": await _serve(stack, user.app()),
+            "user": await _serve(stack, user_app),
             "jobs": await _serve(stack, jobs_app),
             "pushes": await _serve(stack, pushes_app),
             "balancer": await _serve(stack, balancer(targets)),
