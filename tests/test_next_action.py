@@ -279,7 +279,13 @@ TABLE = [
         Close(NOW + 20 * SECOND),
     ),
     # -- ends
-    Row("an end just recorded is booked", None, ended(RUNNING), POLLED, Finish()),
+    Row(
+        "an end just recorded is booked",
+        ended(RUNNING).transition.after,
+        ended(RUNNING),
+        POLLED,
+        Finish(),
+    ),
     Row(
         "a claim recorded SKIPPED is booked like any end",
         SCHEDULED.evolve(status=Status.SKIPPED, finished_at=NOW),
@@ -289,6 +295,20 @@ TABLE = [
     ),
     # -- letting go
     Row("nothing held: nothing to do", None, Due(Poll(NOW)), POLLED, Drop("not held here")),
+    Row(
+        "an end whose write lost its lease (another node holds it) is not booked here",
+        None,
+        ended(RUNNING),
+        POLLED,
+        Drop("not held here"),
+    ),
+    Row(
+        "a deadline found passed by a write that lost its lease is not cancelled from here",
+        None,
+        recorded(RUNNING, RUNNING, cancel_due=True),
+        POLLED,
+        Drop("not held here"),
+    ),
     Row(
         "a write that lost its lease leaves nothing to do here",
         None,

@@ -211,6 +211,8 @@ def _by_occasion(
     row read again that is no longer this node's), or the execution to decide on (the row
     read again, when it is still this node's)."""
     match occasion:
+        case Recorded(_) if execution is None:
+            return Drop("not held here"), None  # the write lost its lease: not this node's
         case Recorded(transition) if transition.cancel_due:
             return Cancel(now), execution
         case Recorded(transition) if transition.finished:
