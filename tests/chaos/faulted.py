@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tests.chaos.checks import Snapshots, Tables, fire_times
+from tests.chaos.checks import ACTIVE_NAMES, Snapshots, Tables, fire_times
 from tests.chaos.driver import (
     WARM_UP,
     Run,
@@ -54,6 +54,22 @@ EARLY_SLACK = 0.1
 READY_TIMEOUT = 60.0
 
 
+@dataclass(frozen=True)
+class Cluster:
+    """What a fault may look at: the tables, and each node's id by its name (``node1``)."""
+
+    tables: Tables
+    ids: dict[str, str]
+
+    async def holds_work(self, name: str) -> bool:
+        """True when node ``name`` holds an active (PENDING or RUNNING) execution."""
+        executions, _ = await self.tables.read()
+        return any(
+            row["owner"] == self.ids[name] and row["status"] in ACTIVE_NAMES
+            for row in executions.values()
+        )
+
+
 @dataclass
 class Faulted:
     """What a faulted run did, besides the crash loop's ``Run``."""
@@ -71,13 +87,13 @@ async def faulted_run(
     database_url: str,
     tmp_path: Path,
     launch: Sequence[Launch],
-    fault: Callable[[], Awaitable[None]],
+    fault: Callable[[Cluster], Awaitable[None]],
     *,
     seed: int,
 ) -> Faulted:
-    """Run the workload on one node per ``launch``, let ``fault`` run its course (it returns
-    when the window of fire times to check ends), let the cluster settle, and read what
-    the checks need."""
+    """Run the workload on one node per ``launch``, let ``fault`` run its course (given the
+    tables and the nodes' ids, it returns when the window of fire times to check ends), let
+    the cluster settle, and read what the checks need."""
     rng = random.Random(seed)
     run = Run(seed=seed, nodes=len(launch))
     nodes: list[Node] = []
@@ -102,7 +118,7 @@ async def faulted_run(
             snapshotting = asyncio.create_task(run.snapshots.run(stop))
             manual = asyncio.create_task(_manual_runs(nodes, rng, run.manual))
             started = time.monotonic()
-            await fault()
+            await fault(Cluster(tables, {node.name: name for name, node in ids.items()}))
             window_end = datetime.now(UTC)
             run.phases["fault"] = time.monotonic() - started
             manual.cancel()

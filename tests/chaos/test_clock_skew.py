@@ -8,7 +8,6 @@ triggered before its time, by the database's clock."""
 
 from __future__ import annotations
 
-from functools import partial
 from pathlib import Path
 
 import pytest
@@ -43,7 +42,7 @@ async def test_a_node_5s_off_doubles_no_fire_time_takes_no_live_lease_times_out_
         lambda name, directory: start_skewed_node(name, directory, postgres_url, logs, offset),
     ]
     found = await faulted_run(
-        postgres_url, tmp_path, launch, partial(let_time_pass, RUN_FOR), seed=seed
+        postgres_url, tmp_path, launch, lambda _: let_time_pass(RUN_FOR), seed=seed
     )
     summary = faulted_counts(found)
     print(summary)
