@@ -205,7 +205,7 @@ def faulted_counts(found: Faulted) -> str:
     lags = sorted(found.trigger_lag) or [0.0]
     cancels = sorted(found.cancel_after) or [0.0]
     return (
-        f"{counts(run)} leases_taken={run.snapshots.leases_taken} "
+        f"{counts(run)} "
         f"timeouts_checked={len(found.cancel_after)} "
         f"cancel_after_trigger_s=[{cancels[0]:.2f}..{cancels[-1]:.2f}] "
         f"triggers_checked={len(found.trigger_lag)} "
