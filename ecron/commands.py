@@ -91,7 +91,7 @@ class Commands:
         if spec is None:
             raise NotFound(f"task {name!r} is not in this node's config")
         now = self.clock.now()
-        eid = new_eid()
+        eid = new_eid(now)
         run = Execution(
             eid=eid,
             task=name,

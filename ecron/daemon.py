@@ -159,6 +159,7 @@ class Daemon:
         before, after = await upgrade(self.store.engines)
         if before != after:
             log.info("database_migrated", before=before, after=after)
+        await self.leases.align_clock()
         await self._sync_tasks(self.clock.now())
         await self.patrol.overdue.refresh()
         secret = self.settings.secret or await self.store.shared_secret(secrets.token_hex(32))

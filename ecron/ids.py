@@ -6,21 +6,25 @@ import os
 import threading
 import time
 import uuid
+from datetime import datetime
 
 _lock = threading.Lock()
 _last_ms = 0
 _counter = 0
 
 
-def new_eid() -> str:
+def new_eid(at: datetime | None = None) -> str:
     """A new UUIDv7 as 36 characters of text; later calls sort after earlier ones in this process.
 
-    Within one millisecond a 12-bit counter (RFC 9562, method 1) keeps the
-    order; the clock is read here because ids name the moment they were made.
+    Ids name the moment they were made: ``at``, the node's time (``Clock.now``: the
+    database's clock, so that ids made on nodes whose own clocks disagree still sort by
+    when they were made: "the last execution" of a task is the greatest id), or this
+    machine's clock without it (tools that make ids outside a node). Within one millisecond
+    a 12-bit counter (RFC 9562, method 1) keeps the order.
     """
     global _last_ms, _counter
     with _lock:
-        ms = time.time_ns() // 1_000_000
+        ms = time.time_ns() // 1_000_000 if at is None else int(at.timestamp() * 1000)
         if ms <= _last_ms:
             _counter += 1
             if _counter > 0xFFF:  # counter exhausted: borrow the next millisecond

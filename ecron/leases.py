@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from ecron.clock import Clock
+from ecron.clock import Clock, iso
 from ecron.config.model import DaemonSettings
 from ecron.core import Execution, Status, due_at
 from ecron.executor.held import Held
@@ -187,36 +187,74 @@ class Leases:
         for eid in eids:
             self.held.forget(eid)
 
+    async def align_clock(self) -> None:
+        """Read the database's clock, so that this node's decisions are made on it (see
+        ``Clock``)."""
+        self.clock.align(await self.store.read_clock(self.clock.ticks))
+
+    async def _keep_alive(self) -> list[str]:
+        """One round: the leases renewed (first: they cannot wait), the database's clock
+        read, the heartbeat, the live nodes counted; the eids lost."""
+        lost = await self.renew()
+        await self.align_clock()
+        now = self.clock.now()
+        await self.store.heartbeat(self.node_id, now)
+        self.live_nodes = await self.store.live_nodes(now - self.settings.lease_ttl)
+        return lost
+
     async def run(self) -> None:
         """Heartbeat and lease renewal at half the lease TTL, until cancelled. A lease not
-        renewed is let go; when the database cannot be reached long enough for this node's
-        leases to expire, it lets go of everything: another node may have taken over. Each
-        round's end is told to ``Held`` (``renewed``): a node woken from a pause longer than
-        its leases sends nothing before the round after it has let go of what it lost."""
+        renewed is let go; when the database cannot be reached, or answers too slowly, for
+        this node's leases to be renewed before they run out, it lets go of everything at
+        that moment (another node may take over) and says so (``leases_expired_unrenewed``);
+        a renewal that lands later keeps nothing it let go. Each round's end is told to
+        ``Held`` (``renewed``): a node woken from a pause longer than its leases sends
+        nothing before the round after it has let go of what it lost."""
         interval = self.settings.lease_ttl.total_seconds() / 2
         valid_until = self.full_until(self.clock.now())
         self.held.renewed(valid_until)
         try:
             while not await self.clock.wait(self._stopping, interval):
-                now = self.clock.now()
+                started = self.clock.now()
                 try:
-                    await self.store.heartbeat(self.node_id, now)
-                    self.live_nodes = await self.store.live_nodes(now - self.settings.lease_ttl)
-                    lost = await self.renew()
+                    lost = await self._keep_alive_within(valid_until, started)
                 except Exception:
                     log.exception("lease_renewal_failed", leases=len(self.held))
                     if self.clock.now() >= valid_until:
-                        log.error("leases_expired_unrenewed", released=len(self.held))
-                        self._let_go(list(self.held))
+                        self._lapse("renewal_failed", valid_until)
                     self.held.renewed(None)
                     continue
-                valid_until = self.full_until(now)
+                valid_until = self.full_until(started)
                 if lost:
                     self._let_go(lost)
                 self.held.renewed(valid_until)
         finally:  # no round comes any more: nobody waits for one (the node is stopping)
             self.held.renewed_until = None
             self.held.renewed(None)
+
+    async def _keep_alive_within(self, valid_until: datetime, started: datetime) -> list[str]:
+        """One round (``_keep_alive``), begun at ``started``; should it still be under way
+        when the leases run out (``valid_until``), they are let go then, not when it ends.
+        The eids lost; raises what the round raised."""
+        done = asyncio.Event()
+        keeping = asyncio.create_task(self._keep_alive())
+        keeping.add_done_callback(lambda _: done.set())
+        left = (valid_until - started).total_seconds()
+        try:
+            if left > 0 and not await self.clock.wait(done, left):
+                self._lapse("renewal_late", valid_until)
+            await done.wait()
+        finally:
+            keeping.cancel()  # done by now, unless the node is stopping
+        return keeping.result()
+
+    def _lapse(self, why: str, expired_at: datetime) -> None:
+        """Every lease of this node ran out unrenewed: let go of everything, and say so."""
+        if self.held:
+            log.error(
+                "leases_expired_unrenewed", released=len(self.held), reason=why, at=iso(expired_at)
+            )
+        self._let_go(list(self.held))
 
     def stop(self) -> None:
         """End the renewal loop after the renewal under way, if any."""

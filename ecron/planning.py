@@ -55,7 +55,8 @@ class Claim:
     horizon: datetime
     grace: timedelta = timedelta(seconds=1)
     lease_ttl: timedelta = timedelta(seconds=15)
-    new_id: Callable[[], str] = field(default=new_eid)
+    #: Makes an eid that names the moment ``now`` (``ids.new_eid``).
+    new_id: Callable[[datetime], str] = field(default=new_eid)
 
 
 class FirstFireTimes:
@@ -179,7 +180,7 @@ def claimed(
     steps when the task has them, held until its start plus the claim's grace. Its start
     (``core.due_at``) is the fire time, or later: its jitter, or ``not_before`` in
     ``values`` (a retry's backoff, a chained run's claim), whichever is latest."""
-    eid = claim.new_id()
+    eid = claim.new_id(claim.now)
     start = when + jitter_offset(task, when, spec.jitter)
     backoff_end = values.pop("not_before", None)
     if isinstance(backoff_end, datetime):
@@ -211,7 +212,8 @@ def new_steps(spec: TaskSpec, eid: str) -> tuple[Step, ...]:
 
 def skipped(task: str, when: datetime, claim: Claim, reason: Reason, message: str) -> Execution:
     """A SKIPPED record for fire time ``when``: a claim that ``core.apply`` skips at once."""
-    execution = Execution(eid=claim.new_id(), task=task, scheduled_at=when, created_at=claim.now)
+    eid = claim.new_id(claim.now)
+    execution = Execution(eid=eid, task=task, scheduled_at=when, created_at=claim.now)
     return apply(execution, Skipped(reason, message), claim.now).after
 
 
@@ -370,7 +372,7 @@ def plan_resume(old: Execution, spec: TaskSpec, claim: Claim) -> Execution:
     SUCCESS before the first one that was not stay SUCCESS (with their old remote ids); from
     that one on, the steps start afresh under the new id (so does any step whose name
     changed in the config meanwhile)."""
-    eid = claim.new_id()
+    eid = claim.new_id(claim.now)
     fresh = new_steps(spec, eid)
     kept: list[Step] = []
     for step, before in zip(fresh, old.steps, strict=False):

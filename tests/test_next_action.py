@@ -296,6 +296,20 @@ TABLE = [
     # -- letting go
     Row("nothing held: nothing to do", None, Due(Poll(NOW)), POLLED, Drop("not held here")),
     Row(
+        "an end whose write lost its lease (another node holds it) is not booked here",
+        None,
+        ended(RUNNING),
+        POLLED,
+        Drop("not held here"),
+    ),
+    Row(
+        "a deadline found passed by a write that lost its lease is not cancelled from here",
+        None,
+        recorded(RUNNING, RUNNING, cancel_due=True),
+        POLLED,
+        Drop("not held here"),
+    ),
+    Row(
         "a write that lost its lease leaves nothing to do here",
         None,
         recorded(RUNNING, RUNNING.evolve(progress=5.0)),

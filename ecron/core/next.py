@@ -211,12 +211,14 @@ def _by_occasion(
     row read again that is no longer this node's), or the execution to decide on (the row
     read again, when it is still this node's)."""
     match occasion:
-        # (a write that lost its lease, None, leaves nothing to book or cancel here: the
-        # node that holds the execution now does; a woken node's answer to a call it had
-        # in flight when it was paused, say)
-        case Recorded(transition) if transition.cancel_due and execution is not None:
+        case Recorded(_) if execution is None:
+            # the write lost its lease: nothing to book or cancel here, the node that holds
+            # the execution now does (a woken node's answer to a call it had in flight when
+            # it was paused, say)
+            return Drop("not held here"), None
+        case Recorded(transition) if transition.cancel_due:
             return Cancel(now), execution
-        case Recorded(transition) if transition.finished and execution is not None:
+        case Recorded(transition) if transition.finished:
             return Finish(), execution
         case Taken() if execution is not None and execution.is_final:
             return Finish(), execution  # a claim recorded SKIPPED: booked like any end

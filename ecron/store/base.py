@@ -12,6 +12,7 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from ecron.clock import Reading
 from ecron.core import Execution, Status
 from ecron.core.audit import AuditEntry, AuditPage, AuditQuery
 from ecron.core.plans import PoolGate
@@ -381,6 +382,12 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def exclusive(self, name: str) -> AbstractAsyncContextManager[bool]:
         """The cluster-wide lock ``name``, tried without waiting: yields whether it is held."""
+
+    @abc.abstractmethod
+    async def read_clock(self, ticks: Callable[[], float]) -> Reading | None:
+        """The database's own clock, read across one round trip timed on ``ticks`` (a
+        monotonic clock); None where the database has no clock of its own (SQLite, in this
+        process: its time is this machine's)."""
 
     @abc.abstractmethod
     async def heartbeat(self, node: str, now: datetime, *, host: str = "", pid: int = 0) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from ecron.clock import Reading
 from ecron.core import ACTIVE, HELD, Execution, FirePlan, Gate, Holder, Status, TriggerKind
 from ecron.core.plans import InLine, PoolGate
 from ecron.store.bulk import Batch, Kind
@@ -329,6 +330,17 @@ class LeaseOperations:
                 )
                 renewed.update(rows.scalars())
         return renewed
+
+    @retried("read_clock")
+    async def read_clock(self, ticks: Callable[[], float]) -> Reading | None:
+        if self.dialect.name != "postgresql":
+            return None
+        async with self.engines.read() as conn:
+            await conn.execute(sa.text("SELECT 1"))  # the transaction's own round trip first
+            sent = ticks()
+            found = (await conn.execute(sa.select(sa.func.clock_timestamp()))).scalar_one()
+            received = ticks()
+        return Reading(found, sent, received)
 
     @retried("release_leases")
     async def release_leases(self, node: str, eids: Sequence[str]) -> None:

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -56,6 +57,17 @@ class Tables:
             {(row["eid"], row["number"]): dict(row) for row in steps},
         )
 
+    async def database_now(self) -> datetime:
+        """The database's own clock (on SQLite, which has none, this machine's)."""
+        query = sa.select(sa.func.clock_timestamp() if self._postgres else sa.func.now())
+        async with self.store.engines.read() as conn:
+            found = (await conn.execute(query)).scalar_one()
+        return found if isinstance(found, datetime) else datetime.now(UTC)
+
+    @property
+    def _postgres(self) -> bool:
+        return self.store.engines.dialect.name == "postgresql"
+
     async def duplicate_keys(self) -> list[Any]:
         """Rows that share a unique key, counted by the database itself."""
         c = execution_table.c
@@ -74,18 +86,51 @@ class Tables:
             return [*(await conn.execute(fire)).all(), *(await conn.execute(resumed)).all()]
 
 
+@dataclass(frozen=True)
+class Lease:
+    """An execution's lease as a snapshot saw it."""
+
+    owner: str | None
+    until: datetime | None
+
+
 @dataclass
 class Snapshots:
     """Reads the tables every ``every`` seconds and checks each read against the earlier
-    ones; ``problems`` lists what went wrong, ``taken`` how many reads were compared."""
+    ones; ``problems`` lists what went wrong, ``taken`` how many reads were compared.
+
+    With ``live`` (the node ids whose processes are up) it also watches leases change hands
+    (``leases_taken`` counts the changes of owner it saw): a lease taken from a node that
+    was up while by the database's clock it had not run out (its ``lease_until`` still
+    after the database's time just after the read that showed the new owner) is a
+    problem."""
 
     tables: Tables
     every: float = 0.5
+    live: Callable[[], set[str]] | None = None
     taken: int = 0
+    leases_taken: int = 0
     problems: list[str] = field(default_factory=list)
     _fences: dict[str, tuple[int, int]] = field(default_factory=dict)
     _finals: dict[str, Row] = field(default_factory=dict)
     _final_steps: dict[str, list[Row]] = field(default_factory=dict)
+    _leases: dict[str, Lease] = field(default_factory=dict)
+
+    def watch_leases(self, executions: dict[str, Row], now: datetime, live: set[str]) -> None:
+        """Compare each lease with the one seen before (``now``: the database's clock just
+        after this read; ``live``: the node ids up all through it)."""
+        for eid, row in executions.items():
+            before = self._leases.get(eid)
+            lease = Lease(row["owner"], row["lease_until"])
+            self._leases[eid] = lease
+            if before is None or before.owner is None or lease.owner in (None, before.owner):
+                continue
+            self.leases_taken += 1
+            if before.owner in live and before.until is not None and before.until > now:
+                self.problems.append(
+                    f"{eid}: lease taken from live node {before.owner} by {lease.owner} by "
+                    f"{iso(now)} (database clock), while it ran until {iso(before.until)}"
+                )
 
     def compare(self, executions: dict[str, Row], steps: dict[tuple[str, int], Row]) -> None:
         """Check one read against everything read before it."""
@@ -114,7 +159,12 @@ class Snapshots:
             self.problems.append(f"rows disappeared: {sorted(gone)[:5]}")
 
     async def take(self) -> None:
-        self.compare(*await self.tables.read())
+        live = self.live() if self.live is not None else None
+        executions, steps = await self.tables.read()
+        self.compare(executions, steps)
+        if live is not None and self.live is not None:
+            now = await self.tables.database_now()
+            self.watch_leases(executions, now, live & self.live())
 
     async def run(self, stop: asyncio.Event) -> None:
         """Take snapshots until ``stop`` is set (and one more then)."""

@@ -11,6 +11,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,18 @@ async def _manual_runs(nodes: list[Node], rng: random.Random, accepted: list[str
             accepted.append(answer["id"])
 
 
+def _live_ids(slots: list[Node], known: dict[str, str]) -> set[str]:
+    """The ids of the nodes whose processes are up, each read once from its log's
+    ``daemon_started`` line (``known``: by node name); a node not started yet has none."""
+    for node in slots:
+        if node.name not in known and node.process.poll() is None and node.log_path.exists():
+            started = [e for e in node.events() if e.get("event") == "daemon_started"]
+            if started:
+                known[node.name] = str(started[0]["node"])
+    up = [node.name for node in slots if node.process.poll() is None]
+    return {known[name] for name in up if name in known}
+
+
 def _orphans(executions: dict[str, Any], live: set[str], now: datetime) -> list[str]:
     """Active executions that no live node holds under an unexpired lease."""
     return [
@@ -169,7 +182,7 @@ async def crash_loop(database_url: str, tmp_path: Path, *, nodes: int, seed: int
             slots.extend(start(f"node{n}") for n in range(nodes))
             await asyncio.gather(*(wait_ready(node) for node in slots))
             began = datetime.now(UTC)
-            run.snapshots = Snapshots(tables)
+            run.snapshots = Snapshots(tables, live=partial(_live_ids, slots, {}))
             stop = asyncio.Event()
             snapshotting = asyncio.create_task(run.snapshots.run(stop))
             manual = asyncio.create_task(_manual_runs(slots, rng, run.manual))
@@ -360,6 +373,7 @@ def counts(run: Run) -> str:
         f"manual_runs={len(run.manual)} "
         f"remote_ids_started={sum(per_rid.values())} starts_per_remote_id={dict(per_rid)} "
         f"snapshots={run.snapshots.taken} final_rows_watched={run.snapshots.finals_watched} "
+        f"leases_taken={run.snapshots.leases_taken} "
         f"adopted_after_last_restart={run.adopted_after:.2f}s "
         f"executions_adopted={run.events['execution_adopted']} "
         f"after_task_restarted={run.events['after_task_restarted']} "

@@ -12,12 +12,16 @@ that ``tests.support.cluster`` uses, so its ``Node``, ``kill_node``, ``stop_node
 
 from __future__ import annotations
 
+import glob
 import multiprocessing
 import os
+import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.support.cluster import Node, free_port
 
@@ -126,3 +130,44 @@ def start_warm_node(
     )
     process.start()
     return Node(name=name, process=WarmProcess(process), port=port, log_path=log_path)
+
+
+#: Where Debian's faketime package puts libfaketime (the ``faketime`` command preloads it).
+LIBFAKETIME = "/usr/lib/*/faketime/libfaketime.so.1"
+
+
+def libfaketime() -> str:
+    """The path of libfaketime. Missing, it skips the test locally and fails it when
+    CI=true (.ci/run installs Debian's faketime package)."""
+    found = sorted(glob.glob(LIBFAKETIME))
+    if not found or shutil.which("faketime") is None:
+        reason = "faketime is not installed (Debian package faketime)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{reason}: it is required in CI", pytrace=False)
+        pytest.skip(reason)
+    return found[0]
+
+
+def start_skewed_node(
+    name: str, directory: Path, database_url: str, logs: Path, offset: str
+) -> Node:
+    """``ecron run -c directory`` whose wall clock (``time.time``, ``datetime.now``) is
+    ``offset`` (``+5s``, ``-5s``) away from the machine's, the database's and the
+    services': libfaketime preloaded, as the ``faketime -f OFFSET`` command does, but
+    without that command's process in between (it would not pass SIGTERM on). Its
+    monotonic clock (what asyncio sleeps on) is left alone, as on a machine whose clock is
+    set wrong. Started cold, not from the forkserver: a preload needs a fresh program."""
+    port = free_port()
+    log_path = logs / f"{name}.log"
+    environment = {
+        **os.environ,
+        "ECRON_DATABASE_URL": database_url,
+        "ECRON_LISTEN": f"127.0.0.1:{port}",
+        "LD_PRELOAD": libfaketime(),
+        "FAKETIME": offset,
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+    }
+    command = [sys.executable, "-m", "ecron", "run", "-c", str(directory)]
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
+    return Node(name=name, process=process, port=port, log_path=log_path)

@@ -30,6 +30,7 @@ class FakeClock(Clock):
     """A clock that moves only when told to; sleeping moves it instead of waiting."""
 
     def __init__(self, now: datetime) -> None:
+        super().__init__()
         self.current = now
         #: Set (and replaced) each time the clock moves: what ``wait`` waits on.
         self._moved = asyncio.Event()

@@ -1,0 +1,216 @@
+"""The crash loop's workload on two PostgreSQL nodes under a fault other than a kill (issue
+24): one node's wall clock set seconds away from the machine's (``faketime``), or its
+database reached through a proxy that makes every round trip slow and then stalls.
+
+Nothing is killed: every node is up from start to end, so a lease that changes hands was
+taken from a live node, which is a problem unless, by the database's clock, it had run out
+(``Snapshots.watch_leases``). On top of the crash loop's checks (``driver.problems``), what
+the services saw is held against the database's clock, which is the machine's (the database,
+the services and the test run on it; only the skewed node's clock is off):
+
+- no execution was cancelled for its timeout before its task timeout had passed since its
+  trigger reached the service;
+- no trigger of a fire time reached a service before that fire time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from tests.chaos.checks import ACTIVE_NAMES, Snapshots, Tables, fire_times
+from tests.chaos.driver import (
+    WARM_UP,
+    Run,
+    _collect_starts,
+    _config,
+    _fires_again,
+    _manual_runs,
+    _settle,
+    _wait_all_ended,
+    counts,
+    node_id,
+    problems,
+)
+from tests.chaos.workload import EVERY, Workload, serve_workload
+from tests.support.cluster import Node, clean_up, stop_node, wait_ready
+
+#: Starts a node of a config directory: (name, directory) -> node.
+Launch = Callable[[str, Path], Node]
+#: The ``deadline`` task's timeout (workload.py) and the slack allowed below it for the
+#: time between the trigger reaching the service and the node writing it down.
+TASK_TIMEOUT = 1.0
+DEADLINE_SLACK = 0.1
+#: How early a trigger may reach its service (the node's view of the database's clock is
+#: measured across a round trip).
+EARLY_SLACK = 0.1
+#: Cold nodes (started under ``faketime``) need seconds of imports on a loaded machine.
+READY_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """What a fault may look at: the tables, and each node's id by its name (``node1``)."""
+
+    tables: Tables
+    ids: dict[str, str]
+
+    async def holds_work(self, name: str) -> bool:
+        """True when node ``name`` holds an active (PENDING or RUNNING) execution."""
+        executions, _ = await self.tables.read()
+        return any(
+            row["owner"] == self.ids[name] and row["status"] in ACTIVE_NAMES
+            for row in executions.values()
+        )
+
+
+@dataclass
+class Faulted:
+    """What a faulted run did, besides the crash loop's ``Run``."""
+
+    run: Run
+    #: Seconds from each timed-out job's trigger to its cancel, at the service.
+    cancel_after: list[float] = field(default_factory=list)
+    #: Seconds each fire time's trigger reached its service after the fire time (negative:
+    #: before it).
+    trigger_lag: list[float] = field(default_factory=list)
+    events: Counter[str] = field(default_factory=Counter)
+
+
+async def faulted_run(
+    database_url: str,
+    tmp_path: Path,
+    launch: Sequence[Launch],
+    fault: Callable[[Cluster], Awaitable[None]],
+    *,
+    seed: int,
+) -> Faulted:
+    """Run the workload on one node per ``launch``, let ``fault`` run its course (given the
+    tables and the nodes' ids, it returns when the window of fire times to check ends), let
+    the cluster settle, and read what the checks need."""
+    rng = random.Random(seed)
+    run = Run(seed=seed, nodes=len(launch))
+    nodes: list[Node] = []
+    ids: dict[str, Node] = {}
+
+    def up() -> list[str]:
+        return [node.api for node in nodes if node.process.poll() is None]
+
+    def live() -> set[str]:
+        return {name for name, node in ids.items() if node.process.poll() is None}
+
+    tables = Tables.open(database_url)
+    try:
+        async with serve_workload(up) as work:
+            directory = _config(tmp_path, work)
+            nodes.extend(start(f"node{n}", directory) for n, start in enumerate(launch))
+            await asyncio.gather(*(wait_ready(node, READY_TIMEOUT) for node in nodes))
+            ids.update({await node_id(node): node for node in nodes})
+            began = datetime.now(UTC)
+            run.snapshots = Snapshots(tables, live=live)
+            stop = asyncio.Event()
+            snapshotting = asyncio.create_task(run.snapshots.run(stop))
+            manual = asyncio.create_task(_manual_runs(nodes, rng, run.manual))
+            started = time.monotonic()
+            await fault(Cluster(tables, {node.name: name for name, node in ids.items()}))
+            window_end = datetime.now(UTC)
+            run.phases["fault"] = time.monotonic() - started
+            manual.cancel()
+            run.adopted_after = await _settle(tables, nodes)
+            expected = fire_times(EVERY, began + WARM_UP, window_end)
+            run.window = (began + WARM_UP, window_end)
+            await _wait_all_ended(tables, expected, run.manual)
+            run.chained_after = await _fires_again(tables, "chained", window_end)
+            run.phases["ended"] = time.monotonic() - started
+            stop.set()
+            await snapshotting
+            run.exit_codes = list(await asyncio.gather(*(stop_node(node) for node in nodes)))
+            run.phases["stopped"] = time.monotonic() - started
+            await run.snapshots.take()
+            run.executions, run.steps = await tables.read()
+            run.duplicate_keys = await tables.duplicate_keys()
+            run.logs = "\n".join(node.log_tail(15) for node in nodes)
+            run.events = Counter(str(e.get("event")) for node in nodes for e in node.events())
+            _collect_starts(run, work)
+            found = Faulted(run, events=run.events)
+            _service_times(found, work)
+    finally:
+        clean_up(nodes)
+        await tables.close()
+    return found
+
+
+def _service_times(found: Faulted, work: Workload) -> None:
+    """From the user service's calls (stamped on its monotonic clock, turned into the
+    machine's wall clock): how long after its trigger each ``deadline`` job was cancelled,
+    and how late each first trigger of a fire time came."""
+    wall = time.time() - time.monotonic()
+    first_post: dict[str, float] = {}
+    for call in work.user.calls:
+        if call.method == "POST" and call.eid not in first_post:
+            first_post[call.eid] = call.at
+            scheduled = datetime.fromisoformat(call.headers["X-Ecron-Scheduled-At"])
+            found.trigger_lag.append(call.at + wall - scheduled.timestamp())
+        elif call.method == "DELETE" and "/jobs/slow/" in call.path and call.eid in first_post:
+            found.cancel_after.append(call.at - first_post.pop(call.eid))
+
+
+def faulted_problems(found: Faulted, *, database_healthy: bool) -> dict[str, list[str]]:
+    """The crash loop's problems, and those of the clock: a job cancelled for its timeout
+    before the timeout had passed, a trigger before its fire time; and, while every node
+    is up and the database answers in time (``database_healthy``), an ``after`` task
+    restarted by the patrol (its last end taken for one that nobody booked)."""
+    early_cancels = [
+        f"cancelled {after:.2f}s after its trigger (task_timeout {TASK_TIMEOUT:g}s)"
+        for after in found.cancel_after
+        if after < TASK_TIMEOUT - DEADLINE_SLACK
+    ]
+    early_triggers = [
+        f"a trigger reached its service {-lag:.2f}s before its fire time"
+        for lag in found.trigger_lag
+        if lag < -EARLY_SLACK
+    ]
+    return {
+        **problems(found.run),
+        "timed out early": early_cancels,
+        "triggered early": early_triggers,
+        **(_healthy_problems(found.events) if database_healthy else {}),
+    }
+
+
+def _healthy_problems(events: Counter[str]) -> dict[str, list[str]]:
+    """While every node is up and renews its leases in time, no lease runs out: nothing is
+    adopted (``execution_adopted``: taken over once its lease expired, so one lease taken
+    from a live node), and no ``after`` task is restarted by the patrol (its last end taken
+    for one that nobody booked)."""
+    return {
+        name: [f"{event} logged {events[event]} times"] if events[event] else []
+        for name, event in (
+            ("adopted from a live node", "execution_adopted"),
+            ("after task restarted", "after_task_restarted"),
+        )
+    }
+
+
+def faulted_counts(found: Faulted) -> str:
+    """The crash loop's counts, and what the clock and lease checks saw."""
+    run = found.run
+    assert run.snapshots is not None
+    lags = sorted(found.trigger_lag) or [0.0]
+    cancels = sorted(found.cancel_after) or [0.0]
+    return (
+        f"{counts(run)} "
+        f"timeouts_checked={len(found.cancel_after)} "
+        f"cancel_after_trigger_s=[{cancels[0]:.2f}..{cancels[-1]:.2f}] "
+        f"triggers_checked={len(found.trigger_lag)} "
+        f"trigger_lag_s=[{lags[0]:.2f}..{lags[-1]:.2f}] "
+        f"lease_lost={found.events['lease_lost']} "
+        f"leases_expired_unrenewed={found.events['leases_expired_unrenewed']} "
+        f"lease_renewal_failed={found.events['lease_renewal_failed']}"
+    )
