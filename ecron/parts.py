@@ -89,7 +89,7 @@ class Parts:
         recorder = Recorder(
             store=store,
             held=held,
-            calls=Calls(specs),
+            calls=Calls(specs, clock.ticks),
             clock=clock,
             metrics=metrics,
             node_id=node_id,

@@ -5,7 +5,8 @@ the cadence ``core.next_action`` follows it at."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from ecron.config.model import CallSettings, TaskSpec
@@ -13,10 +14,12 @@ from ecron.core import Execution, TriggerSent, in_flight
 from ecron.core.next import Cadence
 from ecron.errors import EcronError
 from ecron.executor.http import CallContext
+from ecron.executor.recent import Recent
 from ecron.planning import trigger_sent
 
-#: Call contexts kept at most (one per execution and step in flight, usually).
-KNOWN_CALLS = 50_000
+#: Cadences kept at most: one per call settings of a loaded spec (a task, each step), so a
+#: few reloads' worth.
+KNOWN_CADENCES = 10_000
 
 
 class UnknownTask(EcronError):
@@ -30,13 +33,16 @@ class UnknownTask(EcronError):
 class Calls:
     """Task specs by name, and the call of each execution."""
 
-    def __init__(self, specs: Mapping[str, TaskSpec]) -> None:
+    def __init__(
+        self, specs: Mapping[str, TaskSpec], ticks: Callable[[], float] = time.monotonic
+    ) -> None:
         self.specs = specs
         #: Specs of tasks removed by a reload while executions of them were in flight.
         self.retired: dict[str, TaskSpec] = {}
-        self._known: dict[
+        #: The call of each execution and step in flight, while it is polled.
+        self._known: Recent[
             tuple[str, int | None, datetime | None], tuple[TaskSpec, CallSettings, CallContext]
-        ] = {}
+        ] = Recent(ticks)
         self._cadences: dict[int, tuple[CallSettings, Cadence]] = {}
 
     def spec_of(self, task: str) -> TaskSpec:
@@ -75,9 +81,7 @@ class Calls:
             trigger_kind=execution.trigger_kind.value,
         )
         call = spec.call(number)
-        if len(self._known) >= KNOWN_CALLS:
-            self._known.clear()
-        self._known[key] = (spec, call, ctx)
+        self._known.put(key, (spec, call, ctx))
         return call, ctx
 
     def cadence_of(self, execution: Execution) -> Cadence:
@@ -96,7 +100,7 @@ class Calls:
             heartbeat_timeout=call.heartbeat_timeout,
             cancel_grace=call.request_timeout * 3,
         )
-        if len(self._cadences) >= KNOWN_CALLS:
+        if len(self._cadences) >= KNOWN_CADENCES:
             self._cadences.clear()
         self._cadences[id(call)] = (call, cadence)
         return cadence

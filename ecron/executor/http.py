@@ -27,6 +27,7 @@ from ecron.clock import Clock, iso
 from ecron.config.model import CallSettings
 from ecron.core import InvalidReport, RemoteStatus, Report, parse_report
 from ecron.errors import EcronError
+from ecron.executor.recent import Recent
 from ecron.logs import REDACTED, scrub
 from ecron.metrics import Metrics
 from ecron.signing import callback_token, signature
@@ -38,8 +39,6 @@ BODY_LIMIT = 1024 * 1024
 MAX_RETRY_AFTER = 3600.0
 #: ``Retry-After`` in seconds: ASCII digits only (``str.isdigit`` takes ``²`` too).
 _SECONDS = re.compile(r"[0-9]+")
-#: Prepared polls kept at most (URL and headers per execution and deadline).
-POLL_CACHE = 50_000
 #: The clock of ``classify`` when none is given.
 _SYSTEM_CLOCK = Clock()
 #: The protocol's name of each call, by its HTTP method.
@@ -132,9 +131,10 @@ class HttpCaller:
         self.metrics = metrics
         #: The time of signatures and of ``Retry-After`` dates.
         self.clock = clock or Clock()
-        self._polls: dict[
+        #: The URL and headers of each execution's (or step's) poll, while it is polled.
+        self._polls: Recent[
             tuple[str, datetime | None], tuple[CallSettings, URL, CIMultiDict[str] | None]
-        ] = {}
+        ] = Recent(self.clock.ticks)
         self._children: dict[tuple[str, OutcomeKind], tuple[Counter, Histogram]] = {}
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
         self._bodies: dict[int, tuple[CallSettings, bytes, URL]] = {}
@@ -161,11 +161,10 @@ class HttpCaller:
         key = (ctx.remote_id, ctx.deadline)
         prepared = self._polls.get(key)
         if prepared is None or prepared[0] is not call:  # new, or the config was reloaded
-            if len(self._polls) >= POLL_CACHE:
-                self._polls.clear()
             url = expand(call.poll_url, call, ctx)
             headers = None if call.secret else self.headers("GET", url, call, ctx, b"")
-            prepared = self._polls[key] = (call, url, headers)
+            prepared = (call, url, headers)
+            self._polls.put(key, prepared)
         _, url, headers = prepared
         return await self._request("GET", url, call, ctx, b"", headers)
 
