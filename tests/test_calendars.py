@@ -162,7 +162,7 @@ def test_a_long_blackout_of_a_per_second_schedule_is_jumped_not_walked() -> None
 
 def claim_at(now: datetime, horizon: datetime | None = None) -> Claim:
     ids = count()
-    return Claim("n1", now, horizon or now, new_id=lambda: f"e{next(ids):05}")
+    return Claim("n1", now, horizon or now, new_id=lambda _now: f"e{next(ids):05}")
 
 
 def test_a_claim_plans_no_execution_for_an_excluded_fire_time_and_counts_it() -> None:

@@ -64,7 +64,7 @@ def failed_at_step(done: int, names: list[str], **changes: Any) -> Execution:
     return Execution(**values)
 
 
-CLAIM = Claim("n1", T0, T0, new_id=lambda: "new")
+CLAIM = Claim("n1", T0, T0, new_id=lambda _now: "new")
 
 
 def test_a_resume_keeps_the_steps_done_before_the_first_unfinished_one() -> None:

@@ -35,7 +35,7 @@ def plan_of(spec: TaskSpec, next_fire_at: datetime, claim: Claim) -> FirePlan:
 
 def claim_at(now: datetime, horizon: datetime | None = None) -> Claim:
     ids = count()
-    return Claim("n1", now, horizon or now, new_id=lambda: f"e{next(ids):05}")
+    return Claim("n1", now, horizon or now, new_id=lambda _now: f"e{next(ids):05}")
 
 
 def times(executions: list[Execution], status: Status) -> list[datetime]:
