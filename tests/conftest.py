@@ -151,3 +151,20 @@ def json_logs() -> Iterator[io.StringIO]:
     finally:
         structlog.reset_defaults()
         root.handlers, root.level = handlers, level
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """What each fault test that passed checked: the counts it printed (fire times,
+    executions, starts per remote id, calls after waking, leases taken), in every run's
+    output, CI's too, and not only when one fails (pytest shows a failure's output anyway)."""
+    shown = [
+        report
+        for report in terminalreporter.stats.get("passed", [])
+        if report.when == "call"
+        and report.nodeid.startswith("tests/chaos/test_")
+        and report.capstdout.strip()
+    ]
+    if shown:
+        terminalreporter.section("what the fault tests checked")
+        for report in sorted(shown, key=lambda r: r.nodeid):
+            terminalreporter.write_line(f"{report.nodeid}:{report.capstdout.rstrip()}")
