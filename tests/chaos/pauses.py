@@ -164,6 +164,7 @@ def pause_counts(run: PauseRun) -> str:
         f"calls_by_woken_nodes={len(sent)} "
         f"of_which_held={sum(s.held for s in sent)} "
         f"in_flight_at_stop={sum(s.in_flight and not s.held for s in sent)} "
+        f"own_row_lease_lapsed={sum(s.lapsed and not s.in_flight for s in sent)} "
         f"by_method={dict(Counter(s.method for s in sent))} "
         f"leases_lost={run.events['lease_lost']} "
         f"leases_expired_unrenewed={run.events['leases_expired_unrenewed']}"

@@ -16,6 +16,12 @@ yield), and those bytes then leave first thing on waking; such a call is the nod
 call after waking, about an execution it held when it stopped, and is counted apart
 (``in_flight``). Every later call must be for what it holds. (Only the first is excused: a
 zombie's first call is missed, but not the ones after it.)
+
+A call about an execution whose row is still the sender's (its owner, its fence: nobody
+took it over) under a lease that ran out unrenewed is harmless, and counted apart
+(``lapsed``): no other node holds the execution, and one that takes it over later raises
+the fence and adopts it by polling. What must never leave is a call about an execution
+that another node holds, or that was let go.
 """
 
 from __future__ import annotations
@@ -53,6 +59,12 @@ class Sent:
         """True when the node held the execution's lease as the call arrived."""
         until = self.lease_until
         return self.owner == self.node and until is not None and until > self.arrived
+
+    @property
+    def lapsed(self) -> bool:
+        """True when the row was still the node's, under a lease that had run out unrenewed
+        (nobody had taken it over)."""
+        return self.owner == self.node and not self.held
 
 
 @dataclass
@@ -166,13 +178,13 @@ class Senders:
         return None
 
     def problems(self) -> list[str]:
-        """Calls of woken nodes about executions they did not hold, not in flight; calls
-        whose sender was not found."""
+        """Calls of woken nodes about executions that were not theirs (another node's, or
+        let go), not in flight; calls whose sender was not found."""
         found = [
             f"{s.node} sent {s.method} {s.remote_id} at {s.arrived.isoformat()} without its "
             f"lease (owner={s.owner} lease_until={s.lease_until} status={s.status})"
             for s in self.sent
-            if not s.held and not s.in_flight
+            if not s.held and not s.lapsed and not s.in_flight
         ]
         if self.unknown:
             found.append(f"{self.unknown} calls whose sender is no node")
