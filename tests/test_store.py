@@ -6,10 +6,12 @@ import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
-from ecron.core import Execution, FirePlan, Gate, Holder, Status, Step, TriggerKind
+from ecron.core import FINAL, HELD, Execution, FirePlan, Gate, Holder, Status, Step, TriggerKind
 from ecron.ids import new_eid
 from ecron.planning import Claim, FirstFireTimes, plan_fires
 from ecron.store.migrate import HEAD, current_revision, head_revision, upgrade
@@ -586,3 +588,51 @@ async def test_a_naive_time_is_refused_rather_than_guessed(
     """Every stored time must carry its zone."""
     with pytest.raises(Exception, match="naive datetime"):
         await store.create_execution(execution("a", naive))
+
+
+async def test_history_retention_reads_the_oldest_ends_not_every_final_execution(
+    store: SqlStore,
+) -> None:
+    """``purge_history`` asks for final executions as "not held" (every status is one or
+    the other), so the plan reads ``ix_execution_finished`` from its oldest end: ``status
+    IN`` (the five final ones) had SQLite walk ``ix_execution_status_eid`` over every final
+    execution in each patrol round's write transaction, the whole history when none was
+    old enough to go."""
+    assert set(Status) == FINAL | HELD and not FINAL & HELD
+    old, recent = T0 - timedelta(days=40), T0 - timedelta(days=1)
+    for n, (status, ended) in enumerate(
+        [
+            (Status.SUCCESS, old),
+            (Status.FAILED, old),
+            (Status.SUCCESS, recent),
+            (Status.RUNNING, None),
+        ]
+    ):
+        e = execution("a", T0 + timedelta(seconds=n), status=status, finished_at=ended)
+        assert await store.create_execution(e) is not None
+    sent: list[tuple[str, Any]] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        sent.append((statement, parameters))
+
+    engine = store.engines.writer.sync_engine
+    sa.event.listen(engine, "before_cursor_execute", record)
+    try:
+        assert await store.purge_history(T0 - timedelta(days=30), 100) == 2
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", record)
+    assert [e.status for e in (await store.list_executions()).items] == [
+        Status.RUNNING,
+        Status.SUCCESS,
+    ]
+    statement, parameters = next((s, p) for s, p in sent if s.startswith("SELECT execution.eid"))
+    async with store.engines.read() as conn:
+        if store.dialect.name == "postgresql":
+            await conn.exec_driver_sql("SET enable_seqscan = off")  # a tiny table otherwise
+            rows = await conn.exec_driver_sql(f"EXPLAIN {statement}", parameters)
+            plan = [row[0] for row in rows]
+        else:
+            rows = await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters)
+            plan = [row[-1] for row in rows]
+    assert any("ix_execution_finished" in line for line in plan), plan
+    assert not any("ix_execution_status_eid" in line for line in plan), plan

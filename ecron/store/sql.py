@@ -1,11 +1,11 @@
 """``SqlStore``: the one store implementation, for SQLite and PostgreSQL.
 
-Reads and the state writes of executions live here; claims and leases in
-``sql_leases``, tasks in ``sql_tasks``, lookups by eid prefix and of recent durations in
-``sql_lookups``, chains in ``sql_chains``, stalled executions in ``sql_stalled``. Every
-operation but ``ping`` and ``exclusive`` is one transaction run again on a transient error
-(``retry``, whose docstring says why that is safe for each kind); the dialect's statements
-and batches are chosen once, here.
+Reads and the state writes of executions live here; claims and leases in ``sql_leases``,
+tasks in ``sql_tasks``, lookups by eid prefix, of each task's newest execution and of recent
+durations in ``sql_lookups``, chains in ``sql_chains``, stalled executions in
+``sql_stalled``. Every operation but ``ping`` and ``exclusive`` is one transaction run again
+on a transient error (``retry``, whose docstring says why that is safe for each kind); the
+dialect's statements and batches are chosen once, here.
 """
 
 from __future__ import annotations
@@ -211,18 +211,6 @@ class SqlStore(
             .order_by(execution_table.c.scheduled_at, execution_table.c.eid)
         )
         return await self._executions(query)
-
-    @retried("last_executions")
-    async def last_executions(self, names: Sequence[str]) -> dict[str, Execution]:
-        if not names:
-            return {}
-        newest = (
-            sa.select(sa.func.max(execution_table.c.eid))
-            .where(execution_table.c.task.in_(names), execution_table.c.status != _SCHEDULED)
-            .group_by(execution_table.c.task)
-        )
-        query = sa.select(execution_table).where(execution_table.c.eid.in_(newest))
-        return {execution.task: execution for execution in await self._executions(query)}
 
     @retried("claimed_fire_times")
     async def claimed_fire_times(self, names: Sequence[str]) -> dict[str, datetime]:

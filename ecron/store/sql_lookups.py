@@ -1,7 +1,8 @@
 """Reads for people, in SQL: executions named by a prefix of their eid, the eids around one
-(how short a prefix names it alone), and the durations of a task's recent successful runs
-(which a snapshot's ETA rests on). Each reads a few rows along an index of its own
-(migrations 0005, 0006 and 0007)."""
+(how short a prefix names it alone), each task's newest execution (``GET /tasks``), and the
+durations of a task's recent successful runs (which a snapshot's ETA rests on). Each reads a
+few rows along an index (migrations 0001, 0005, 0006 and 0007), whatever the size of the
+history."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ _TASKS_PER_STATEMENT = 100
 #: Written out, not bound: the partial index ``ix_execution_task_success`` is used only when
 #: the query's condition is visibly the index's (SQLite cannot see through a parameter).
 _IS_SUCCESS = execution_table.c.status == sa.literal_column(f"'{Status.SUCCESS}'")
+_SCHEDULED = str(Status.SCHEDULED)
 
 
 def prefix_query(dialect: Dialect, prefix: str, limit: int) -> sa.Select[Any]:
@@ -87,6 +89,24 @@ def durations_query(names: Sequence[str], count: int) -> sa.CompoundSelect[Any]:
     return sa.union_all(*parts)
 
 
+def newest_query(names: Sequence[str]) -> sa.Select[Any]:
+    """Per task, its newest execution that is not SCHEDULED: one part per task, each read
+    backwards along ``ix_execution_task_eid`` and cut at its first row. A ``max(eid)``
+    grouped by task would read every execution of every task, the whole history, on each
+    ``GET /tasks``."""
+    table = execution_table.c
+    parts = [
+        sa.select(table.eid)
+        .where(table.task == name, table.status != _SCHEDULED)
+        .order_by(table.eid.desc())
+        .limit(1)
+        .subquery()
+        .select()
+        for name in names
+    ]
+    return sa.select(execution_table).where(table.eid.in_(sa.union_all(*parts)))
+
+
 class LookupOperations:
     """The ``Store`` reads by eid prefix and of recent durations (mixed into ``SqlStore``)."""
 
@@ -120,6 +140,16 @@ class LookupOperations:
                     if row.known:
                         around[row.eid] = (row.before, row.after)
         return around
+
+    @retried("last_executions")
+    async def last_executions(self, names: Sequence[str]) -> dict[str, Execution]:
+        unique = list(dict.fromkeys(names))
+        found: dict[str, Execution] = {}
+        async with self.engines.read() as conn:
+            for start in range(0, len(unique), _TASKS_PER_STATEMENT):
+                query = newest_query(unique[start : start + _TASKS_PER_STATEMENT])
+                found.update((e.task, e) for e in await self._read_executions(conn, query))
+        return found
 
     @retried("recent_durations")
     async def recent_durations(
