@@ -210,7 +210,11 @@ class Daemon:
         # and is not put off by bytes that make no whole request: it closes an idle
         # connection and one whose headers trickle in alike (its default is an hour).
         idle = self.settings.api_idle_timeout.total_seconds()
-        runner = web.AppRunner(make_app(ctx), access_log=None, keepalive_timeout=idle)
+        # A request still in a handler when the daemon stops (a callback that came as the
+        # engine closed) holds the runner's cleanup: for SHUTDOWN_GRACE, not aiohttp's 60 s.
+        runner = web.AppRunner(
+            make_app(ctx), access_log=None, keepalive_timeout=idle, shutdown_timeout=SHUTDOWN_GRACE
+        )
         await runner.setup()
         self._stack.push_async_callback(runner.cleanup)
         host, port = self.settings.host_port
