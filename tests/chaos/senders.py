@@ -10,12 +10,21 @@ say who sent what.
 For every call from a node that was paused and woke again (SIGSTOP, then SIGCONT), the
 execution's row is read the moment the call arrives, before it is answered: the node must
 hold its lease then (the row's owner, under a lease not run out). The one exception is a
-call the node had in flight when it stopped: a stop can fall between the node's lease check
-and the call's bytes leaving (with a pooled connection, one step of Python that does not
-yield), and those bytes then leave first thing on waking; such a call is the node's first
-call after waking, about an execution it held when it stopped, and is counted apart
-(``in_flight``). Every later call must be for what it holds. (Only the first is excused: a
-zombie's first call is missed, but not the ones after it.)
+call the node had in flight when it stopped, about an execution it held then: a stop can
+fall between the node's lease check and the call's bytes leaving, and those bytes then leave
+first thing on waking. Such a call is counted apart (``in_flight``) when the witness can
+tell it was checked before the stop:
+
+- on a pooled connection, check and write are one step of Python that does not yield (aiohttp
+  writes a GET's request in the coroutine that asked for it), so at most one call can be
+  caught between them: the node's first call after waking;
+- on a connection of its own, the check comes before the connect, and the connect's SYN
+  before the stop when the socket was already the node's as it woke (the kernel completes
+  the handshake of a stopped process): the first call on a socket the node held at waking,
+  that carried no call before.
+
+Every other call must be for what it holds (a zombie's first call is missed, not the ones
+after it, and not one on a connection it opens after waking).
 
 A call about an execution whose row is still the sender's (its owner, its fence: nobody
 took it over) under a lease that ran out unrenewed is harmless, and counted apart
@@ -80,6 +89,8 @@ class Senders:
     held_at_stop: dict[str, set[str]] = field(default_factory=dict)
     first_due: set[str] = field(default_factory=set)
     woken: set[str] = field(default_factory=set)
+    #: The socket inodes each woken node held as it woke (connections it began before).
+    sockets_at_wake: dict[str, set[str]] = field(default_factory=dict)
     sent: list[Sent] = field(default_factory=list, repr=False)
     #: Calls of any node and of nodes not found (these must be none).
     calls: int = 0
@@ -106,24 +117,27 @@ class Senders:
         self.stopped.discard(node)
         self.woken.add(node)
         self.first_due.add(node)
+        pids = [pid for pid, name in self.nodes.items() if name == node]
+        self.sockets_at_wake[node] = {inode for pid in pids for inode in _socket_inodes(pid)}
 
     def middleware(self) -> Any:
         @web.middleware
         async def watch(request: web.Request, handler: Handler) -> web.StreamResponse:
             self.calls += 1
-            node = self._sender(request)
+            node, opened_before = self._sender(request)
             if node is None:
                 self.unknown += 1
             elif node in self.woken:
-                await self._record(node, request)
+                await self._record(node, request, opened_before)
             return await handler(request)
 
         return watch
 
-    async def _record(self, node: str, request: web.Request) -> None:
+    async def _record(self, node: str, request: web.Request, opened_before: bool) -> None:
+        """``opened_before``: the call is the first on a socket the node held as it woke."""
         remote_id = request.headers.get("X-Ecron-Execution-Id", "")
         eid = remote_id.split(".", 1)[0]
-        first = node in self.first_due
+        first = node in self.first_due or opened_before
         self.first_due.discard(node)
         c = execution_table.c
         query = sa.select(c.owner, c.lease_until, c.status).where(c.eid == eid)
@@ -143,38 +157,34 @@ class Senders:
             )
         )
 
-    def _sender(self, request: web.Request) -> str | None:
+    def _sender(self, request: web.Request) -> tuple[str | None, bool]:
+        """The node that sent ``request`` (None when none is found), and whether this is the
+        first call on a socket that node held as it last woke."""
         transport = request.transport
         assert transport is not None
         cached = self._connections.get(id(transport))
         if cached is not None and cached[0] is transport:
             pid = cached[1]
-        else:
-            peer = transport.get_extra_info("peername")
-            here = transport.get_extra_info("sockname")
-            pid = None if peer is None or here is None else self._owner_of(peer[1], here[1])
-            if pid is not None:
-                self._connections[id(transport)] = (transport, pid)
-        return None if pid is None else self.nodes[pid]
+            return (None if pid is None else self.nodes[pid]), False
+        peer = transport.get_extra_info("peername")
+        here = transport.get_extra_info("sockname")
+        found = None if peer is None or here is None else self._owner_of(peer[1], here[1])
+        if found is None:
+            return None, False
+        pid, inode = found
+        self._connections[id(transport)] = (transport, pid)
+        node = self.nodes[pid]
+        return node, inode in self.sockets_at_wake.get(node, set())
 
-    def _owner_of(self, port: int, service_port: int) -> int | None:
+    def _owner_of(self, port: int, service_port: int) -> tuple[int, str] | None:
         """The node process whose socket has local port ``port`` and remote port
-        ``service_port``."""
+        ``service_port``, and that socket's inode."""
         inode = _socket_inode(port, service_port)
         if inode is None:
             return None
-        target = f"socket:[{inode}]"
         for pid in self.nodes:
-            try:
-                fds = os.listdir(f"/proc/{pid}/fd")
-            except OSError:
-                continue
-            for fd in fds:
-                try:
-                    if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
-                        return pid
-                except OSError:
-                    continue
+            if inode in _socket_inodes(pid):
+                return pid, inode
         return None
 
     def problems(self) -> list[str]:
@@ -201,6 +211,23 @@ def _socket_inode(port: int, remote_port: int) -> str | None:
             if fields[1].endswith(local) and fields[2].endswith(remote):
                 return fields[9]
     return None
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    """The inodes of the sockets process ``pid`` holds (none once it has ended)."""
+    found: set[str] = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return found
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            found.add(target[len("socket:[") : -1])
+    return found
 
 
 async def _until_stopped(pid: int) -> None:
