@@ -102,6 +102,13 @@ class Metrics:
             "How many polls may be out at once (fewer while the event loop runs late).",
             registry=registry,
         )
+        self.loop_lag = Histogram(
+            "ecron_event_loop_lag_seconds",
+            "How late a timer of the event loop fired (sampled every 0.1 s): how long any "
+            "call, poll, callback or API request waited for the loop.",
+            buckets=SHORT_BUCKETS,
+            registry=registry,
+        )
         self.http_calls = Counter(
             "ecron_http_calls",
             "Calls to user services, by call and outcome.",

@@ -246,6 +246,8 @@ def test_soak_samples_the_daemon_from_outside_and_does_every_kind_of_work(tmp_pa
     assert soak["samples"] == len(lines) == 5 and soak["samples_file"] == str(samples)
     for key in ("rss_mib", "fds", "conn_service", "conn_api", "health_ms_p50"):
         assert soak["levels"][key]["start"] is not None and soak["levels"][key]["end"], key
+    lag = soak["levels"]["loop_lag_ms_mean"]  # read from the daemon's own metric
+    assert lag["start"] is not None and lag["end"] is not None, lag
     totals = soak["totals"]
     for key in ("fires", "polls", "callbacks_accepted", "reads_answered", "runs_created"):
         assert totals[key] > 0, (key, totals)

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -376,6 +377,39 @@ async def test_readiness_says_unready_when_the_scheduler_loop_stalls_and_livenes
             alive = response.status
     assert (ready, stalled, alive) == (200, 503, 200)
     assert any("scheduler" in problem for problem in body["problems"])
+
+
+async def test_an_event_loop_held_up_shows_in_the_loop_lag_histogram(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """The daemon's event loop held for 0.8 s by a blocking call (what a CPU-bound step or a
+    synchronous read does) shows in ``ecron_event_loop_lag_seconds``: a sample over 0.5 s
+    more than before (the sampler's 0.1 s timer fires at least 0.7 s late)."""
+
+    async def late_samples(daemon: Daemon) -> float:
+        found = samples(await scrape(daemon))
+        count = value(found, "ecron_event_loop_lag_seconds_count")
+        return count - value(found, "ecron_event_loop_lag_seconds_bucket", le="0.5")
+
+    async with make_daemon([task("a", f"{user_service.url}/jobs/x")]) as daemon:
+        sampled = "ecron_event_loop_lag_seconds_count"
+        await wait_for(lambda: _scraped_value(daemon, sampled), timeout=5)
+        before = await late_samples(daemon)
+        # The stimulus: the daemon's loop (in this process) is held.
+        time.sleep(0.8)  # noqa: ASYNC251
+        after = await wait_for(
+            lambda: _more_than(late_samples(daemon), before), timeout=5, interval=0.05
+        )
+    assert after >= before + 1
+
+
+async def _scraped_value(daemon: Daemon, name: str) -> float:
+    return value(samples(await scrape(daemon)), name)
+
+
+async def _more_than(reading: Any, floor: float) -> float | None:
+    got = float(await reading)
+    return got if got > floor else None
 
 
 def test_library_log_lines_come_out_in_the_same_format_and_redacted(

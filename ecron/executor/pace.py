@@ -8,7 +8,8 @@ Three readings, whatever the machine and the load: whether the API was asked any
 the last ``ASKED_WITHIN`` (a middleware tells ``answered``, with how long each request took);
 the share of the time spent on the CPU, smoothed over about half a second (by the loop's
 thread, or by the whole process over the cores it may run on less a tenth for the
-database's threads, whichever is higher); and how late a timer of the loop fires (its lag).
+database's threads, whichever is higher); and how late a timer of the loop fires (its lag,
+exported as ``ecron_event_loop_lag_seconds``).
 
 The rule is additive increase, multiplicative decrease (as TCP's congestion window): every
 ``SAMPLE_EVERY``, a lag over ``LAG_HIGH`` or, while the API is asked, a busy share over
@@ -73,6 +74,7 @@ class PollPace:
         self._slowest = 0.0
         self._gauge = metrics.poll_pace
         self._gauge.set(workers)
+        self._lag = metrics.loop_lag
 
     def answered(self, seconds: float, now: float | None = None) -> None:
         """A request of the API took ``seconds`` to answer (``now``: ``time.monotonic``)."""
@@ -84,6 +86,7 @@ class PollPace:
         pace again."""
         self.busy += SMOOTHING * (busy - self.busy)
         self.lag = lag
+        self._lag.observe(lag)
         asked = now - self._asked_at < ASKED_WITHIN
         slow, self._slowest = self._slowest > API_SLOW, 0.0
         pressed = asked and (slow or self.busy > BUSY_HIGH)
