@@ -26,7 +26,7 @@ import structlog
 
 from ecron.clock import Clock, iso
 from ecron.config.model import DaemonSettings
-from ecron.core import Execution, Status, due_at
+from ecron.core import FINAL, Execution, Status, due_at
 from ecron.executor.held import Held
 from ecron.metrics import Metrics
 from ecron.store.base import Store
@@ -72,6 +72,8 @@ class Leases:
         self._next_takeover: datetime | None = None
         self._next_own_sweep: datetime | None = None
         self._stopping = asyncio.Event()
+        #: The tasks saying why leases were lost (``_say_lost_aside``).
+        self._telling: set[asyncio.Task[None]] = set()
 
     # -- lease lengths --------------------------------------------------------------------
 
@@ -169,10 +171,35 @@ class Leases:
         renewed = await self.store.renew_leases(
             self.node_id, held, self.full_until(self.clock.now())
         )
-        lost = [eid for eid in held if eid not in renewed and eid in self.held]
-        for eid in lost:
-            log.warning("lease_lost", execution_id=eid)
-        return lost
+        return [eid for eid in held if eid not in renewed and eid in self.held]
+
+    def _say_lost_aside(self, eids: list[str]) -> None:
+        """``_say_lost`` in a task of its own (the renewal loop never waits on its reads)."""
+        telling = asyncio.create_task(self._say_lost(eids), name="ecron-lease-lost")
+        self._telling.add(telling)
+        telling.add_done_callback(self._telling.discard)
+
+    async def _say_lost(self, eids: list[str]) -> None:
+        """Say why each lease a renewal did not return is gone (it was let go already):
+        another node holds the execution (``lease_lost``, a warning, counted in
+        ``ecron_leases_lost``), or it ended meanwhile by a report this node held no lease
+        for: a callback, a queue message or a person's cancel answered by another node
+        (``execution_ended_elsewhere``). When the row cannot be read, ``lease_lost``."""
+        for eid in eids:
+            try:
+                row = await self.store.get_execution(eid)
+            except Exception:
+                row = None
+            if row is not None and row.status in FINAL:
+                log.info(
+                    "execution_ended_elsewhere",
+                    execution_id=eid,
+                    task=row.task,
+                    status=str(row.status),
+                )
+            else:
+                log.warning("lease_lost", execution_id=eid)
+                self.metrics.leases_lost.inc()
 
     async def release_all(self) -> int:
         """Give every lease back (clean shutdown), so that another node adopts at once."""
@@ -228,9 +255,13 @@ class Leases:
                 if lost:
                     self._let_go(lost)
                 self.held.renewed(valid_until)
+                if lost:  # why, read aside: the next round does not wait for it
+                    self._say_lost_aside(lost)
         finally:  # no round comes any more: nobody waits for one (the node is stopping)
             self.held.renewed_until = None
             self.held.renewed(None)
+            for telling in self._telling:
+                telling.cancel()
 
     async def _keep_alive_within(self, valid_until: datetime, started: datetime) -> list[str]:
         """One round (``_keep_alive``), begun at ``started``; should it still be under way
@@ -254,6 +285,7 @@ class Leases:
             log.error(
                 "leases_expired_unrenewed", released=len(self.held), reason=why, at=iso(expired_at)
             )
+            self.metrics.leases_lost.inc(len(self.held))
         self._let_go(list(self.held))
 
     def stop(self) -> None:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
+from structlog.testing import capture_logs
 
 from ecron.config.model import TaskSpec
 from ecron.core import Execution, Status
@@ -164,6 +166,78 @@ async def test_a_node_that_lost_its_lease_learns_it_at_the_next_renewal_without_
     finally:
         await intruder.close()
     assert len(user_service.calls_for(eid, "GET")) <= polls + 1
+
+
+async def test_a_renewal_tells_a_lease_another_node_took_from_an_execution_ended_elsewhere(
+    make_daemon: DaemonFactory, user_service: UserService, database_url: str
+) -> None:
+    """Two running executions the node polls once an hour, lease_ttl 3 s: another node takes
+    one over, and another node's callback ends the other (it holds no lease, so the row
+    keeps this node as its owner). The next renewal lets both go; only the first is a lost
+    lease (``lease_lost``, counted in ``ecron_leases_lost``), the second is said to have
+    ended elsewhere, with its status."""
+    user_service.duration = 3600
+    spec = task("job", f"{user_service.url}/jobs/x", poll_interval="1h", concurrency="allow")
+    intruder = SqlStore.open(database_url)
+    try:
+        with capture_logs() as logged:
+            async with make_daemon([spec], lease_ttl="3s") as daemon:
+                taken, ended_there = [await run_once(daemon, "job") for _ in range(2)]
+                for eid in (taken, ended_there):
+                    await wait_for(lambda eid=eid: running_here(daemon, eid), timeout=5)
+                    await wait_for(lambda eid=eid: stored_running(intruder, eid), timeout=5)
+                await take_over(intruder, taken, "intruder", datetime.now(UTC) + timedelta(hours=1))
+                await end_as_a_callback_elsewhere(intruder, ended_there)
+                await wait_for(lambda: not ({taken, ended_there} & set(daemon.engine.held)))
+                for eid in (taken, ended_there):
+                    try:
+                        await wait_for(lambda eid=eid: said_about(logged, eid), timeout=5)
+                    except AssertionError:
+                        about = [e for e in logged if e.get("execution_id") == eid]
+                        raise AssertionError(f"nothing said of {eid}: {about}") from None
+                lost = daemon.metrics.registry.get_sample_value("ecron_leases_lost_total")
+    finally:
+        await intruder.close()
+    said = {(e["event"], e.get("execution_id")) for e in logged}
+    assert ("lease_lost", taken) in said
+    assert ("lease_lost", ended_there) not in said
+    [elsewhere] = [e for e in logged if e["event"] == "execution_ended_elsewhere"]
+    assert (elsewhere["execution_id"], elsewhere["status"]) == (ended_there, "SUCCESS")
+    assert lost == 1
+
+
+def running_here(daemon: Any, eid: str) -> bool:
+    held = daemon.engine.held.get(eid)
+    return held is not None and held.status is Status.RUNNING
+
+
+async def stored_running(store: SqlStore, eid: str) -> bool:
+    """True once ``eid``'s row says RUNNING (the node writes its states a moment later)."""
+    stored = await store.get_execution(eid)
+    return stored is not None and stored.status is Status.RUNNING
+
+
+async def end_as_a_callback_elsewhere(store: SqlStore, eid: str) -> None:
+    """End ``eid`` SUCCESS as another node's callback handler does: no lease, so the owner
+    and the fence stay; the version moves on."""
+    async with store.engines.write() as conn:
+        await conn.execute(
+            sa.update(execution_table)
+            .where(execution_table.c.eid == eid)
+            .values(
+                status=Status.SUCCESS,
+                progress=100,
+                finished_at=datetime.now(UTC),
+                version=execution_table.c.version + 1,
+            )
+        )
+
+
+def said_about(logged: list[dict[str, Any]], eid: str) -> bool:
+    return any(
+        e.get("execution_id") == eid and e["event"] in ("execution_ended_elsewhere", "lease_lost")
+        for e in logged
+    )
 
 
 async def test_a_taken_over_pending_execution_whose_trigger_may_have_left_is_polled_first(
