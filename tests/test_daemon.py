@@ -347,6 +347,12 @@ async def test_a_task_is_paused_and_unpaused_through_the_api_with_a_reason_peopl
         assert (await api(daemon, "POST", "/api/v1/tasks/nope/pause"))[0] == 404
 
 
+async def end_counted(daemon: Daemon, name: str) -> bool:
+    """True once task ``name``'s row has counted an end (and so moved its next fire time)."""
+    state = await daemon.store.get_task(name)
+    return state is not None and state.last_end_at is not None
+
+
 async def test_odd_requests_get_clear_answers_not_errors(
     make_daemon: DaemonFactory, user_service: UserService
 ) -> None:
@@ -361,6 +367,8 @@ async def test_odd_requests_get_clear_answers_not_errors(
         assert (await api(daemon, "GET", "/api/v1/tasks", headers=odd))[0] == 401
         _, run = await api(daemon, "POST", "/api/v1/tasks/h/run", headers=auth)
         await ended(daemon, run["id"])
+        # The end moves the next fire time (after: 1h) just after the row is final.
+        await wait_for(lambda: end_counted(daemon, "h"), timeout=10)
         report = f"/api/v1/executions/{run['id']}/report"
         assert (await api(daemon, "POST", report, headers=odd, json={"status": "RUNNING"}))[
             0

@@ -201,6 +201,8 @@ async def test_no_secret_shows_in_logs_answers_snapshots_alerts_metrics_or_valid
             eids = [await _run(daemon, name) for name in ("echo", "steps")]
             executions = [await ended(daemon, eid) for eid in eids]
             await wait_for(lambda: receiver.bodies, timeout=10)
+            # the other alert fails for good after its retries: logged before the node stops
+            await wait_for(lambda: '"alert_failed"' in json_logs.getvalue(), timeout=20)
             answers = await surfaces(daemon, eids)
     finally:
         await runner.cleanup()
