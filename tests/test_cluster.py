@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from ecron.clock import iso
+from ecron.core import ACTIVE
 from tests.support.cluster import (
     Node,
     Row,
@@ -404,7 +405,7 @@ async def adopted_and_ended(database_url: str, eids: set[str]) -> bool:
     if not eids:
         return True
     rows = await execution_rows(database_url)
-    return all(r.status not in ("PENDING", "RUNNING") for r in rows if r.eid in eids)
+    return all(r.status not in ACTIVE for r in rows if r.eid in eids)
 
 
 async def a_started(database_url: str, count: int) -> bool:
@@ -451,7 +452,7 @@ async def test_a_killed_node_costs_its_own_claims_about_a_second_not_the_lease(
         at_kill = await execution_rows(postgres_url)  # nothing of a's changes for 0.5 s
         await let_time_pass(AFTER_KILL)
         until = time.time() - 1.5  # fire times the survivor had time to reach
-        caught = {r.eid for r in at_kill if r.owner == "a" and r.status in ("PENDING", "RUNNING")}
+        caught = {r.eid for r in at_kill if r.owner == "a" and r.status in ACTIVE}
         await wait_for(lambda: adopted_and_ended(postgres_url, caught), timeout=15, interval=0.2)
         code = await stop_node(running[1])
     finally:

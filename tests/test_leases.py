@@ -13,6 +13,7 @@ from structlog.testing import capture_logs
 
 from ecron.config.model import TaskSpec
 from ecron.core import Execution, Status
+from ecron.daemon import Daemon
 from ecron.ids import new_eid
 from ecron.store.migrate import upgrade
 from ecron.store.sql import SqlStore
@@ -206,7 +207,8 @@ async def test_a_renewal_tells_a_lease_another_node_took_from_an_execution_ended
     assert lost == 1
 
 
-def running_here(daemon: Any, eid: str) -> bool:
+def running_here(daemon: Daemon, eid: str) -> bool:
+    """True once ``daemon`` holds ``eid`` RUNNING."""
     held = daemon.engine.held.get(eid)
     return held is not None and held.status is Status.RUNNING
 
