@@ -30,6 +30,7 @@ from ecron.core import (
     TriggerSent,
     apply,
 )
+from ecron.core.machine import RETRY_AFTER
 from ecron.core.next import (
     RETRY_AFTER_ERROR,
     START_RETRY,
@@ -96,6 +97,8 @@ SCHEDULED = execution(
 )
 #: Just started by the start path: PENDING, its trigger recorded as leaving.
 STARTED = execution(status=Status.PENDING, triggered_at=NOW, last_report_at=None)
+#: Its trigger refused with Retry-After: 7 (nothing started there): sent again at not_before.
+HELD_BACK = STARTED.evolve(waiting_for=RETRY_AFTER, not_before=NOW + 7 * SECOND)
 PAST_DEADLINE = execution(deadline=NOW - SECOND)
 CANCEL_SENT = execution(cancel_sent_at=NOW - 10 * SECOND)
 TWO_STEPS = (
@@ -169,6 +172,20 @@ TABLE = [
         Taken(adopted=True),
         POLLED,
         Trigger(NOW, probe_first=True),
+    ),
+    Row(
+        "a trigger the service held back (Retry-After) leaves again at that moment",
+        HELD_BACK,
+        recorded(STARTED, HELD_BACK),
+        POLLED,
+        Trigger(NOW + 7 * SECOND),
+    ),
+    Row(
+        "a held-back trigger whose moment comes after the deadline waits for the deadline",
+        HELD_BACK.evolve(deadline=NOW + 3 * SECOND),
+        recorded(STARTED, HELD_BACK),
+        POLLED,
+        Trigger(NOW + 3 * SECOND),
     ),
     Row(
         "a trigger that failed unexpectedly is tried again later, probing first",

@@ -21,7 +21,7 @@ from ecron.core import Status
 from ecron.errors import ConfigError
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, reply
-from tests.support.rig import rig
+from tests.support.rig import FakeClock, rig
 from tests.support.service import UserService, wait_for
 
 RUNS = 20
@@ -106,15 +106,27 @@ async def test_a_run_still_held_back_at_its_deadline_times_out_without_a_cancel(
     make_daemon: DaemonFactory, user_service: UserService
 ) -> None:
     """The service keeps answering 429 Retry-After: 1 past the run's 1.5 s task_timeout:
-    the run ends TIMED_OUT, and no cancel call is sent (nothing was started)."""
+    the run ends TIMED_OUT, and no cancel call is sent (nothing was started). On a clock the
+    test moves: refused at 0 s, sent again and refused at 1.1 s, timed out at 1.6 s."""
     user_service.script["POST"] = [reply(429, {}, **{"Retry-After": "1"}) for _ in range(10)]
     spec = task("job", f"{user_service.url}/jobs/x", task_timeout="1500ms")
-    async with make_daemon([spec]) as daemon, aiohttp.ClientSession() as session:
+    clock = FakeClock(datetime(2026, 3, 1, 12, 0, tzinfo=UTC))
+
+    async def refused(times: int) -> bool:
+        execution = await daemon.store.get_execution(eid)
+        posts = user_service.methods_for(eid).count("POST")
+        return posts == times and execution is not None and execution.waiting_for is not None
+
+    async with make_daemon([spec], clock=clock) as daemon, aiohttp.ClientSession() as session:
         eid = (await run(session, daemon.port, "job"))["id"]
+        await wait_for(lambda: refused(1), timeout=10)
+        clock.advance(timedelta(milliseconds=1100))  # past the Retry-After: sent again
+        await wait_for(lambda: refused(2), timeout=10)
+        clock.advance(timedelta(milliseconds=500))  # past the task_timeout
         final = await ended(daemon, eid, timeout=10)
     assert final.status is Status.TIMED_OUT
     assert "DELETE" not in user_service.methods_for(eid)
-    assert user_service.methods_for(eid).count("POST") >= 2
+    assert user_service.methods_for(eid).count("POST") == 2
 
 
 async def test_the_pools_endpoint_the_gauges_and_the_cli_show_running_and_waiting_runs(

@@ -239,8 +239,10 @@ def _follow(execution: Execution, now: datetime, cadence: Cadence, occasion: Occ
     if call.status is Status.PENDING and not call.started:
         return Trigger(now)  # a step's: recording that it leaves comes first
     if call.status is Status.PENDING and execution.waiting_for == RETRY_AFTER:
-        # the service held its trigger back: sent again at the moment it asked for
-        return Trigger(max(execution.not_before or now, now), probe_first=adopted)
+        # the service held its trigger back: sent again at the moment it asked for, unless
+        # the deadline comes first (then it times out there, with no cancel: nothing started)
+        at = _capped(max(execution.not_before or now, now), execution)
+        return Trigger(at, probe_first=adopted)
     if call.status is Status.PENDING and (adopted or _just_started(occasion)):
         return Trigger(now, probe_first=adopted)
     if cadence.pushed:
