@@ -15,6 +15,8 @@ from datetime import UTC, datetime, timedelta
 #: lease), so a slow moment of the database weighs nothing as long as one of the last few
 #: was quick.
 READINGS = 8
+#: How many readings a node takes at start, before it writes its first lease.
+START_READINGS = 3
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,11 @@ class Clock:
         if self.offset is None:
             return self.local()
         return _instant(self.ticks()) + self.offset
+
+    @property
+    def readings(self) -> tuple[Reading, ...]:
+        """The readings of the database's clock kept (the newest last)."""
+        return tuple(self._readings)
 
     def align(self, reading: Reading | None) -> None:
         """Take a reading of the database's clock into account (None: the database has no

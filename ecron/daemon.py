@@ -21,7 +21,7 @@ from aiohttp import web
 from ecron.api.app import make_app
 from ecron.api.context import ApiContext
 from ecron.audit import AuditLog
-from ecron.clock import Clock
+from ecron.clock import START_READINGS, Clock
 from ecron.config.hidden import config_secrets
 from ecron.config.model import Config, TaskSpec
 from ecron.config.queue import QueueSettings
@@ -159,7 +159,7 @@ class Daemon:
         before, after = await upgrade(self.store.engines)
         if before != after:
             log.info("database_migrated", before=before, after=after)
-        await self.leases.align_clock()
+        await self.leases.align_clock(readings=START_READINGS)
         await self._sync_tasks(self.clock.now())
         await self.patrol.overdue.refresh()
         secret = self.settings.secret or await self.store.shared_secret(secrets.token_hex(32))

@@ -214,10 +214,12 @@ class Leases:
         for eid in eids:
             self.held.forget(eid)
 
-    async def align_clock(self) -> None:
-        """Read the database's clock, so that this node's decisions are made on it (see
-        ``Clock``)."""
-        self.clock.align(await self.store.read_clock(self.clock.ticks))
+    async def align_clock(self, readings: int = 1) -> None:
+        """Read the database's clock ``readings`` times, so that this node's decisions are
+        made on it (see ``Clock``): at start a few, so that one slow round trip (a loaded
+        machine) does not set the offset the first leases are written with."""
+        for _ in range(readings):
+            self.clock.align(await self.store.read_clock(self.clock.ticks))
 
     async def _keep_alive(self) -> list[str]:
         """One round: the leases renewed (first: they cannot wait), the database's clock
@@ -243,6 +245,8 @@ class Leases:
         try:
             while not await self.clock.wait(self._stopping, interval):
                 started = self.clock.now()
+                if started >= valid_until:
+                    self._say_late(started, valid_until)
                 try:
                     lost = await self._keep_alive_within(valid_until, started)
                 except Exception:
@@ -278,6 +282,19 @@ class Leases:
         finally:
             keeping.cancel()  # done by now, unless the node is stopping
         return keeping.result()
+
+    def _say_late(self, started: datetime, valid_until: datetime) -> None:
+        """A round began only after the leases it renews had run out: this node's loop was
+        held (a pause, an overloaded machine), so another node may have taken some over. The
+        round renews what is still this node's and lets go of the rest (``lease_lost``)."""
+        if self.held:
+            late = (started - valid_until).total_seconds()
+            log.warning(
+                "lease_renewal_late",
+                held=len(self.held),
+                late_seconds=round(late, 3),
+                at=iso(valid_until),
+            )
 
     def _lapse(self, why: str, expired_at: datetime) -> None:
         """Every lease of this node ran out unrenewed: let go of everything, and say so."""

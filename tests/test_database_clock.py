@@ -78,6 +78,19 @@ async def test_a_node_whose_own_clock_is_off_decides_on_the_database_clock(
         assert ahead == pytest.approx(5, abs=0.2)
 
 
+async def test_a_node_reads_the_database_clock_three_times_before_its_first_lease(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """At start a node takes three readings (the quickest sets the offset), not one that a
+    slow round trip may have put off; on SQLite none (the machine's clock is the database's)."""
+    spec = task("job", f"{user_service.url}/jobs/x")
+    async with make_daemon([spec], lease_ttl="60s") as daemon:  # no heartbeat meanwhile
+        readings = daemon.clock.readings
+        postgresql = daemon.store.engines.dialect.name == "postgresql"
+    assert len(readings) == (3 if postgresql else 0)
+    assert all(r.received >= r.sent for r in readings)
+
+
 def test_an_eid_names_the_moment_it_is_made_for() -> None:
     """Ids of executions sort by when they were made on the database's clock: the moment
     given, not this machine's clock (a later moment than any before, so the counter that

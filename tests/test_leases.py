@@ -121,8 +121,9 @@ async def test_a_node_woken_from_a_pause_past_its_leases_sends_nothing_for_what_
 ) -> None:
     """The node is paused past its lease_ttl (its clock jumps 5 s with every timer due at
     once, as after SIGCONT) while another node takes one of its two executions over. On
-    waking its renewal round comes before any call: it lets that execution go without a
-    poll about it, and polls on the other, whose lease it still holds."""
+    waking its renewal round comes before any call, and says it began late
+    (``lease_renewal_late``): it lets that execution go without a poll about it, and polls
+    on the other, whose lease it still holds."""
     clock = FakeClock(datetime(2026, 3, 1, 12, 0, tzinfo=UTC))
     user_service.on_clock(clock)
     user_service.durations.update(lost=3600, kept=3600)
@@ -136,12 +137,15 @@ async def test_a_node_woken_from_a_pause_past_its_leases_sends_nothing_for_what_
             assert user_service.methods_for(lost) == ["POST"]
             await take_over(intruder, lost, "intruder", until=clock.now() + timedelta(hours=1))
             kept_calls = len(user_service.calls_for(kept))
-            clock.advance(timedelta(seconds=5))  # the pause ends: every timer is due at once
-            await wait_for(lambda: lost not in daemon.engine.held, timeout=5)
-            await wait_for(lambda: len(user_service.calls_for(kept)) > kept_calls, timeout=5)
+            with capture_logs() as logs:
+                clock.advance(timedelta(seconds=5))  # the pause ends: every timer is due at once
+                await wait_for(lambda: lost not in daemon.engine.held, timeout=5)
+                await wait_for(lambda: len(user_service.calls_for(kept)) > kept_calls, timeout=5)
             after = await intruder.get_execution(lost)
     finally:
         await intruder.close()
+    late = [e for e in logs if e["event"] == "lease_renewal_late"]
+    assert [(e["held"], e["late_seconds"] > 0) for e in late] == [(2, True)], logs
     assert user_service.methods_for(lost) == ["POST"]  # no poll left after the wake
     assert user_service.methods_for(kept)[kept_calls:] == ["GET"]
     assert after is not None and after.owner == "intruder"

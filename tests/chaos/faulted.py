@@ -184,15 +184,20 @@ def faulted_problems(found: Faulted, *, database_healthy: bool) -> dict[str, lis
     }
 
 
+#: What a node logs when its leases ran out before it renewed them.
+LAPSES = ("leases_expired_unrenewed", "lease_renewal_failed", "lease_renewal_late")
+
+
 def _healthy_problems(events: Counter[str]) -> dict[str, list[str]]:
     """While every node is up and renews its leases in time, no lease runs out: nothing is
     adopted (``execution_adopted``: taken over once its lease expired, so one lease taken
     from a live node), and no ``after`` task is restarted by the patrol (its last end taken
     for one that nobody booked). A node whose renewal did land too late (a loaded machine:
-    ``leases_expired_unrenewed``, or ``lease_renewal_failed``) let its leases go and says
-    so; what another node adopts then was nobody's, so adoptions are looked at only in a run
-    where every renewal landed in time."""
-    lapsed = events["leases_expired_unrenewed"] + events["lease_renewal_failed"]
+    ``leases_expired_unrenewed``, or ``lease_renewal_failed``), or whose renewal round began
+    only after its leases had run out (its loop held up: ``lease_renewal_late``), says so;
+    what another node adopts then was nobody's by the database's clock (the snapshots check
+    that), so adoptions are looked at only in a run where every renewal landed in time."""
+    lapsed = sum(events[e] for e in LAPSES)
     checked = [("after task restarted", "after_task_restarted")]
     if not lapsed:
         checked.append(("adopted from a live node", "execution_adopted"))
@@ -215,6 +220,6 @@ def faulted_counts(found: Faulted) -> str:
         f"triggers_checked={len(found.trigger_lag)} "
         f"trigger_lag_s=[{lags[0]:.2f}..{lags[-1]:.2f}] "
         f"lease_lost={found.events['lease_lost']} "
-        f"leases_expired_unrenewed={found.events['leases_expired_unrenewed']} "
-        f"lease_renewal_failed={found.events['lease_renewal_failed']}"
+        f"execution_adopted={found.events['execution_adopted']} "
+        + " ".join(f"{event}={found.events[event]}" for event in LAPSES)
     )
