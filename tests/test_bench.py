@@ -81,7 +81,7 @@ def test_burst_triggers_every_task_of_the_fire_time_once() -> None:
     """50 tasks on one cron fire time: all 50 are triggered once by ecron (ready before the
     fire time) and by APScheduler, and ecron persisted each execution."""
     figures = run_bench(
-        "burst", "--tasks", "50", "--lead", "5", "--baseline-lead", "2", "--timeout", "30"
+        "burst", "--tasks", "50", "--lead", "8", "--baseline-lead", "2", "--timeout", "30"
     )
     for side in ("ecron", "baseline"):
         run = figures[side]

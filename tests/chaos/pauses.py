@@ -167,5 +167,6 @@ def pause_counts(run: PauseRun) -> str:
         f"own_row_lease_lapsed={sum(s.lapsed and not s.in_flight for s in sent)} "
         f"by_method={dict(Counter(s.method for s in sent))} "
         f"leases_lost={run.events['lease_lost']} "
-        f"leases_expired_unrenewed={run.events['leases_expired_unrenewed']}"
+        f"leases_expired_unrenewed={run.events['leases_expired_unrenewed']} "
+        f"lease_renewal_late={run.events['lease_renewal_late']}"
     )
