@@ -29,12 +29,13 @@ Every ``--interval`` seconds (10), from outside the daemon: its RSS, open file d
 and threads, its TCP connections (psutil: to the database, to the user service, to its API,
 other), on PostgreSQL the server's own count of the daemon database's backends
 (``pg_stat_activity``), the CPU of the daemon, the service and the database server, and
-the loop's lag. ecron exports no event-loop lag metric, so the lag is read as the latency
-of ``GET /healthz`` (served on the loop, no database work), asked ``--health-per-s`` (4)
-times a second on a kept-alive connection: the loop's lag plus one local HTTP round
-trip. Also, per interval, the work done (fire times claimed, triggers, polls, callbacks
-accepted, API reads answered, manual runs created, executions ended) and the errors. Each
-sample is one JSON line in ``--samples`` (default ``bench/results/soak-<db>-<time>.jsonl``).
+the loop's lag, two ways: the mean of ``ecron_event_loop_lag_seconds`` over the interval
+(how late the loop ran its own rounds, from ``/metrics``), and the latency of
+``GET /healthz`` (served on the loop, no database work), asked ``--health-per-s`` (4) times
+a second on a kept-alive connection: the loop's lag plus one local HTTP round trip. Also,
+per interval, the work done (fire times claimed, triggers, polls, callbacks accepted, API
+reads answered, manual runs created, executions ended) and the errors. Each sample is one
+JSON line in ``--samples`` (default ``bench/results/soak-<db>-<time>.jsonl``).
 
 At the end: start (the median of the first minute's samples) against end (the last
 minute's) of each figure, the slope of RSS over the second half (KiB/min, least squares),
