@@ -88,7 +88,6 @@ async def test_a_node_reads_the_database_clock_three_times_before_its_first_leas
         readings = daemon.clock.readings
         postgresql = daemon.store.engines.dialect.name == "postgresql"
     assert len(readings) == (3 if postgresql else 0)
-    assert all(r.received >= r.sent for r in readings)
 
 
 def test_an_eid_names_the_moment_it_is_made_for() -> None:

@@ -113,9 +113,12 @@ async def test_a_run_still_held_back_at_its_deadline_times_out_without_a_cancel(
     clock = FakeClock(datetime(2026, 3, 1, 12, 0, tzinfo=UTC))
 
     async def refused(times: int) -> bool:
+        """The ``times``-th POST was answered 429 and that answer recorded (held back until
+        a moment still ahead of the clock)."""
         execution = await daemon.store.get_execution(eid)
         posts = user_service.methods_for(eid).count("POST")
-        return posts == times and execution is not None and execution.waiting_for is not None
+        held_until = None if execution is None else execution.not_before
+        return posts == times and held_until is not None and held_until > clock.now()
 
     async with make_daemon([spec], clock=clock) as daemon, aiohttp.ClientSession() as session:
         eid = (await run(session, daemon.port, "job"))["id"]

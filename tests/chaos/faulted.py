@@ -184,7 +184,7 @@ def faulted_problems(found: Faulted, *, database_healthy: bool) -> dict[str, lis
     }
 
 
-#: What a node logs when its leases ran out before it renewed them.
+#: What a node logs when a renewal failed, or its leases ran out before it renewed them.
 LAPSES = ("leases_expired_unrenewed", "lease_renewal_failed", "lease_renewal_late")
 
 
