@@ -150,11 +150,13 @@ class Engine:
         self.executor.backlog.add(self.clock.now(), [execution.eid])
         return await self._asked.wait(execution)
 
-    async def stop(self, execution: Execution, status: Status, message: str) -> Execution | None:
+    async def stop(
+        self, execution: Execution, status: Status, message: str, *, called: bool = True
+    ) -> Execution | None:
         """Stop ``execution`` now, whoever holds it (a person's cancel, a deadline): the
-        cancel call once (see ``Performer.stop``), then what follows (its end's book-keeping);
-        the execution as stored, None when another stop of it is under way here."""
-        if (happened := await self.performer.stop(execution, status, message)) is not None:
+        cancel call once (``Performer.stop``), then its end's book-keeping; the execution as
+        stored, None when another stop of it is under way here."""
+        if happened := await self.performer.stop(execution, status, message, called=called):
             await self.go(happened)
             return happened.execution
         return None
@@ -268,9 +270,10 @@ class Engine:
             case Silent():
                 assert execution is not None
                 await self.go(await self.performer.silent(execution))
-            case Cancel(at) if at <= now:
+            case Cancel(at, called) if at <= now:
                 assert execution is not None
-                return await self.stop(execution, Status.TIMED_OUT, "the task timeout passed")
+                why = "the task timeout passed" + ("" if called else " before its trigger left")
+                return await self.stop(execution, Status.TIMED_OUT, why, called=called)
             case Close(at) if at <= now:
                 assert execution is not None
                 status = Status.TIMED_OUT if deadline_passed(execution, now) else Status.CANCELLED

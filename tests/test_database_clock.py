@@ -3,7 +3,7 @@ database's. A node reads it at start and at each heartbeat, across one round tri
 its monotonic clock, and adds the offset of the reading with the shortest round trip of the
 last few to that monotonic clock; ids name moments of that clock too. And a node whose
 renewal cannot land before its leases run out (a database that stalls) lets go of them
-then, and says so."""
+then, and says so; a trigger whose record lands only after its deadline is not sent."""
 
 from __future__ import annotations
 
@@ -131,3 +131,40 @@ async def test_a_node_whose_database_stalls_lets_go_of_its_leases_when_they_run_
     assert still_stalled, "the node let go only once the database answered again"
     lapsed = [e for e in logs if e["event"] == "leases_expired_unrenewed"]
     assert lapsed and lapsed[0]["reason"] == "renewal_late", logs
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+async def test_a_trigger_recorded_only_after_its_deadline_is_not_sent_and_times_out_uncalled(
+    database_url: str, make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """A node whose every round trip to PostgreSQL takes 300 ms longer records that a 0.5 s
+    job's trigger leaves (its deadline fixed then: the trigger's time plus
+    ``task_timeout``), and the write lands only after that deadline. The trigger is not
+    sent (it would start the job past its deadline) and nothing is cancelled: the run ends
+    TIMED_OUT with no call at all to the service and no cancel recorded."""
+    url = make_url(database_url)
+    socket = f"{url.query['host']}/.s.PGSQL.{url.port or 5432}"
+    async with latency_proxy(socket) as proxy:
+        through = url.set(host="127.0.0.1", port=proxy.port, query={})
+        spec = task("job", f"{user_service.url}/jobs/x", task_timeout="500ms")
+        async with make_daemon(
+            [spec], database=through.render_as_string(hide_password=False), lease_ttl="60s"
+        ) as daemon:
+            proxy.delay = 0.3  # from here, each write (begin, update, commit) takes > 0.9 s
+            execution, _ = await daemon.parts.commands.run_now("job")
+            store = daemon.store
+
+            async def ended() -> bool:
+                row = await store.get_execution(execution.eid)
+                return row is not None and row.is_final
+
+            await wait_for(ended, timeout=30.0)
+            proxy.delay = 0.0  # the daemon's stop need not wait
+            row = await store.get_execution(execution.eid)
+    assert row is not None
+    print(f"\n{row.status} {row.message!r}; calls to the service: {user_service.calls}")
+    assert row.status is Status.TIMED_OUT
+    assert row.message == "the task timeout passed before its trigger left"
+    assert row.cancel_sent_at is None and row.cancel_acknowledged is None
+    assert user_service.calls == []  # neither the trigger nor a cancel

@@ -275,6 +275,21 @@ TABLE = [
         Cancel(NOW),
     ),
     Row(
+        "a trigger recorded as leaving only once its deadline passed (a slow write) is not "
+        "sent: the run times out with no cancel call",
+        STARTED.evolve(deadline=NOW - SECOND),
+        recorded(SCHEDULED, STARTED.evolve(deadline=NOW - SECOND)),
+        POLLED,
+        Cancel(NOW, called=False),
+    ),
+    Row(
+        "so is a step's",
+        NEXT_STEP_LEFT.evolve(deadline=NOW - SECOND),
+        recorded(NEXT_STEP, NEXT_STEP_LEFT.evolve(deadline=NOW - SECOND)),
+        POLLED,
+        Cancel(NOW, called=False),
+    ),
+    Row(
         "a deadline found passed cancels, whatever was planned",
         PAST_DEADLINE,
         Due(Poll(NOW)),

@@ -131,9 +131,13 @@ class Silent:
 
 @dataclass(frozen=True, slots=True)
 class Cancel:
-    """The deadline passed: send the cancel call (once), then TIMED_OUT."""
+    """The deadline passed: send the cancel call (once), then TIMED_OUT. ``called``: False
+    when the call's trigger was recorded as leaving only once its deadline had passed (the
+    write took longer than the timeout): it is not sent, so nothing started and no cancel
+    call is made."""
 
     at: datetime
+    called: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +177,9 @@ def next_action(
     once (``Finish``), then dropped; a deadline found passed by a report cancels it; a row
     read again that another lease moved on, or that ended, is dropped (``ownership``); a
     claimed one starts at its due time; a recorded cancel is closed after
-    ``cancel_grace``; a deadline passed cancels; a planned call whose time came is made; a
+    ``cancel_grace``; a deadline passed cancels (with no cancel call when it passed while
+    the trigger was being recorded: that trigger never leaves); a planned call whose time
+    came is made; a
     call whose trigger has not left is triggered now, one whose trigger may have left (taken
     over) is probed first; then the call is followed: pushed calls are listened for until
     their heartbeat ends (then ``Silent``), others polled every ``poll_interval``, never
@@ -191,7 +197,7 @@ def next_action(
     if execution.cancel_sent_at is not None:
         return Close(execution.cancel_sent_at + cadence.cancel_grace)
     if deadline_passed(execution, now):
-        return Cancel(now)
+        return Cancel(now, called=not _just_started(occasion))
     match occasion:
         case Due(action):
             return action  # the checks passed: its call is made now

@@ -269,11 +269,15 @@ class Performer:
         change = await self.recorder.record(execution, event)
         return Happened(execution.eid, change.stored, Recorded(change.transition), change)
 
-    async def stop(self, execution: Execution, status: Status, message: str) -> Happened | None:
+    async def stop(
+        self, execution: Execution, status: Status, message: str, *, called: bool = True
+    ) -> Happened | None:
         """End ``execution`` as ``status`` (TIMED_OUT or CANCELLED): the cancel recorded as
         sent, then sent (once: whoever recorded it sends it), then the end. None when
         another stop of it is under way here; else what it came to (the execution None when
-        this node let go of it). A person's cancel goes through whoever holds it."""
+        this node let go of it). A person's cancel goes through whoever holds it. No cancel
+        call is made for a call never sent (``called`` False: its trigger was recorded only
+        after the deadline, see ``core.next.Cancel``) or held back by its service."""
         eid, lease = execution.eid, (execution.eid, execution.fence)
         if lease in self.stopping:
             return None
@@ -282,7 +286,8 @@ class Performer:
         try:
             with about(execution, self.node_id):
                 acknowledged: bool | None = None
-                if execution.triggered_at is not None and execution.waiting_for != RETRY_AFTER:
+                sent_once = execution.triggered_at is not None and called
+                if sent_once and execution.waiting_for != RETRY_AFTER:
                     # (a trigger the service held back started nothing: no cancel)
                     sent = await self.recorder.record(execution, CancelSent(), as_owner=owner)
                     if sent.stored is None or sent.stored.is_final:

@@ -43,8 +43,9 @@ from tests.support.cluster import Node, clean_up, stop_node, wait_ready
 
 #: Starts a node of a config directory: (name, directory) -> node.
 Launch = Callable[[str, Path], Node]
-#: The ``deadline`` task's timeout (workload.py) and the slack allowed below it for the
-#: time between the trigger reaching the service and the node writing it down.
+#: The ``deadline`` task's timeout (workload.py), and the slack allowed for a cancel (or a
+#: trigger) reaching the service before the deadline (after the trigger's record) by the
+#: database's clock: the node's view of that clock is measured across a round trip.
 TASK_TIMEOUT = 1.0
 DEADLINE_SLACK = 0.1
 #: How early a trigger may reach its service (the node's view of the database's clock is
@@ -77,9 +78,15 @@ class Faulted:
     run: Run
     #: Seconds from each timed-out job's trigger to its cancel, at the service.
     cancel_after: list[float] = field(default_factory=list)
+    #: Seconds each cancel reached its service after the deadline its job's trigger carried
+    #: (``X-Ecron-Deadline``: the database's clock; negative: before it).
+    cancel_past_deadline: list[float] = field(default_factory=list)
     #: Seconds each fire time's trigger reached its service after the fire time (negative:
     #: before it).
     trigger_lag: list[float] = field(default_factory=list)
+    #: Seconds from each ``deadline`` job's trigger reaching its service to the deadline
+    #: it carried (``X-Ecron-Deadline``): the time the job was given.
+    deadline_given: list[float] = field(default_factory=list)
     events: Counter[str] = field(default_factory=Counter)
 
 
@@ -148,28 +155,36 @@ async def faulted_run(
 
 def _service_times(found: Faulted, work: Workload) -> None:
     """From the user service's calls (stamped on its monotonic clock, turned into the
-    machine's wall clock): how long after its trigger each ``deadline`` job was cancelled,
-    and how late each first trigger of a fire time came."""
+    machine's wall clock, which is the database's): how late each first trigger of a fire
+    time came; for each ``deadline`` job, the deadline its trigger carried, and when its
+    cancel came, after the trigger and after that deadline."""
     wall = time.time() - time.monotonic()
-    first_post: dict[str, float] = {}
+    first_post: dict[str, tuple[float, datetime]] = {}
     for call in work.user.calls:
         if call.method == "POST" and call.eid not in first_post:
-            first_post[call.eid] = call.at
+            told = datetime.fromisoformat(call.headers["X-Ecron-Deadline"])
+            first_post[call.eid] = (call.at, told)
             scheduled = datetime.fromisoformat(call.headers["X-Ecron-Scheduled-At"])
             found.trigger_lag.append(call.at + wall - scheduled.timestamp())
+            if "/jobs/slow" in call.path:
+                found.deadline_given.append(told.timestamp() - (call.at + wall))
         elif call.method == "DELETE" and "/jobs/slow/" in call.path and call.eid in first_post:
-            found.cancel_after.append(call.at - first_post.pop(call.eid))
+            posted, told = first_post.pop(call.eid)
+            found.cancel_after.append(call.at - posted)
+            found.cancel_past_deadline.append(call.at + wall - told.timestamp())
 
 
 def faulted_problems(found: Faulted, *, database_healthy: bool) -> dict[str, list[str]]:
-    """The crash loop's problems, and those of the clock: a job cancelled for its timeout
-    before the timeout had passed, a trigger before its fire time; and, while every node
+    """The crash loop's problems, and those of the clock: a job cancelled before the
+    deadline its trigger carried, a trigger before its fire time; and, while every node
     is up and the database answers in time (``database_healthy``), an ``after`` task
-    restarted by the patrol (its last end taken for one that nobody booked)."""
+    restarted by the patrol (its last end taken for one that nobody booked), and a job
+    given a deadline other than ``task_timeout`` after its trigger reached the service (a
+    node's own clock used for it)."""
     early_cancels = [
-        f"cancelled {after:.2f}s after its trigger (task_timeout {TASK_TIMEOUT:g}s)"
-        for after in found.cancel_after
-        if after < TASK_TIMEOUT - DEADLINE_SLACK
+        f"a cancel reached its service {-past:.2f}s before the deadline its trigger carried"
+        for past in found.cancel_past_deadline
+        if past < -DEADLINE_SLACK
     ]
     early_triggers = [
         f"a trigger reached its service {-lag:.2f}s before its fire time"
@@ -180,7 +195,7 @@ def faulted_problems(found: Faulted, *, database_healthy: bool) -> dict[str, lis
         **problems(found.run),
         "timed out early": early_cancels,
         "triggered early": early_triggers,
-        **(_healthy_problems(found.events) if database_healthy else {}),
+        **(_healthy_problems(found) if database_healthy else {}),
     }
 
 
@@ -188,23 +203,35 @@ def faulted_problems(found: Faulted, *, database_healthy: bool) -> dict[str, lis
 LAPSES = ("leases_expired_unrenewed", "lease_renewal_failed", "lease_renewal_late")
 
 
-def _healthy_problems(events: Counter[str]) -> dict[str, list[str]]:
+def _healthy_problems(found: Faulted) -> dict[str, list[str]]:
     """While every node is up and renews its leases in time, no lease runs out: nothing is
     adopted (``execution_adopted``: taken over once its lease expired, so one lease taken
-    from a live node), and no ``after`` task is restarted by the patrol (its last end taken
-    for one that nobody booked). A node whose renewal did land too late (a loaded machine:
+    from a live node), no ``after`` task is restarted by the patrol (its last end taken
+    for one that nobody booked), and each job's trigger carries the deadline
+    ``task_timeout`` after it reaches the service (recording that it leaves takes
+    milliseconds). A node whose renewal did land too late (a loaded machine:
     ``leases_expired_unrenewed``, or ``lease_renewal_failed``), or whose renewal round began
     only after its leases had run out (its loop held up: ``lease_renewal_late``), says so;
     what another node adopts then was nobody's by the database's clock (the snapshots check
-    that), so adoptions are looked at only in a run where every renewal landed in time."""
+    that), and its trigger, sent again, keeps the deadline of the first (PROTOCOL.md), so
+    adoptions and deadlines are looked at only in a run where every renewal landed in time."""
+    events = found.events
     lapsed = sum(events[e] for e in LAPSES)
     checked = [("after task restarted", "after_task_restarted")]
     if not lapsed:
         checked.append(("adopted from a live node", "execution_adopted"))
-    return {
+    found_problems = {
         name: [f"{event} logged {events[event]} times"] if events[event] else []
         for name, event in checked
     }
+    if not lapsed:
+        found_problems["deadline not task_timeout after the trigger"] = [
+            f"a trigger carried a deadline {given:.2f}s after it reached the service "
+            f"(task_timeout {TASK_TIMEOUT:g}s)"
+            for given in found.deadline_given
+            if abs(given - TASK_TIMEOUT) > DEADLINE_SLACK
+        ]
+    return found_problems
 
 
 def faulted_counts(found: Faulted) -> str:
@@ -213,10 +240,14 @@ def faulted_counts(found: Faulted) -> str:
     assert run.snapshots is not None
     lags = sorted(found.trigger_lag) or [0.0]
     cancels = sorted(found.cancel_after) or [0.0]
+    past = sorted(found.cancel_past_deadline) or [0.0]
+    given = sorted(found.deadline_given) or [0.0]
     return (
         f"{counts(run)} "
         f"timeouts_checked={len(found.cancel_after)} "
         f"cancel_after_trigger_s=[{cancels[0]:.2f}..{cancels[-1]:.2f}] "
+        f"deadline_after_trigger_s=[{given[0]:.2f}..{given[-1]:.2f}] "
+        f"cancel_after_deadline_s=[{past[0]:.2f}..{past[-1]:.2f}] "
         f"triggers_checked={len(found.trigger_lag)} "
         f"trigger_lag_s=[{lags[0]:.2f}..{lags[-1]:.2f}] "
         f"lease_lost={found.events['lease_lost']} "

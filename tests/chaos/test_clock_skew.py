@@ -31,8 +31,9 @@ async def test_a_node_5s_off_doubles_no_fire_time_takes_no_live_lease_times_out_
     its monotonic clock is left alone), on one PostgreSQL, run the crash loop's workload
     for 12 s: every fire time of the window has one chain that ended, no remote id was
     started twice, no lease changed hands while its node was up and the lease, by the
-    database's clock, still ran, no job was cancelled for its timeout before the timeout
-    had passed since its trigger, and no trigger came before its fire time."""
+    database's clock, still ran, each job's trigger carried the deadline ``task_timeout``
+    after it reached the service and no cancel came before it, and no trigger came before
+    its fire time."""
     libfaketime()  # skips locally, fails in CI, when faketime is missing
     seed = chaos_seed()
     print(f"\nnode1's clock {offset}; seed {seed}")

@@ -64,8 +64,10 @@ async def test_a_node_on_a_slow_then_stalled_database_lets_go_of_what_it_cannot_
     it directly. Every fire
     time of the window has one chain that ended, no remote id was started twice, no lease
     changed hands while its node was up and it still ran by the database's clock, no job
-    was cancelled before its timeout, node1 said it let its leases go
-    (``leases_expired_unrenewed``), and both nodes stop cleanly."""
+    was cancelled before the deadline its trigger carried (a trigger that node1 recorded
+    through the slow proxy leaves that much later, and one sent again after a takeover
+    keeps the first's deadline: the job is given less than its timeout), node1 said it let
+    its leases go (``leases_expired_unrenewed``), and both nodes stop cleanly."""
     seed = chaos_seed()
     url = make_url(postgres_url)
     async with latency_proxy(_server_address(url)) as proxy:
