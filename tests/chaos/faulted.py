@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from tests.chaos.checks import ACTIVE_NAMES, Snapshots, Tables, fire_times
 from tests.chaos.driver import (
@@ -88,6 +89,9 @@ class Faulted:
     #: it carried (``X-Ecron-Deadline``): the time the job was given.
     deadline_given: list[float] = field(default_factory=list)
     events: Counter[str] = field(default_factory=Counter)
+    #: Executions the nodes said they let go of when their leases lapsed (``released`` of
+    #: ``leases_expired_unrenewed``, ``held`` of ``lease_renewal_late``).
+    let_go: int = 0
 
 
 async def faulted_run(
@@ -143,14 +147,21 @@ async def faulted_run(
             run.executions, run.steps = await tables.read()
             run.duplicate_keys = await tables.duplicate_keys()
             run.logs = "\n".join(node.log_tail(15) for node in nodes)
-            run.events = Counter(str(e.get("event")) for node in nodes for e in node.events())
+            logged = [e for node in nodes for e in node.events()]
+            run.events = Counter(str(e.get("event")) for e in logged)
             _collect_starts(run, work)
-            found = Faulted(run, events=run.events)
+            found = Faulted(run, events=run.events, let_go=_let_go(logged))
             _service_times(found, work)
     finally:
         clean_up(nodes)
         await tables.close()
     return found
+
+
+def _let_go(logged: Sequence[dict[str, Any]]) -> int:
+    """How many executions the nodes let go of at their lapses, by their logs."""
+    counts = {"leases_expired_unrenewed": "released", "lease_renewal_late": "held"}
+    return sum(int(e.get(counts[e["event"]], 0)) for e in logged if e.get("event") in counts)
 
 
 def _service_times(found: Faulted, work: Workload) -> None:
@@ -205,24 +216,31 @@ LAPSES = ("leases_expired_unrenewed", "lease_renewal_failed", "lease_renewal_lat
 
 def _healthy_problems(found: Faulted) -> dict[str, list[str]]:
     """While every node is up and renews its leases in time, no lease runs out: nothing is
-    adopted (``execution_adopted``: taken over once its lease expired, so one lease taken
+    adopted (``execution_adopted``: taken over once its lease expired, so a lease taken
     from a live node), no ``after`` task is restarted by the patrol (its last end taken
     for one that nobody booked), and each job's trigger carries the deadline
     ``task_timeout`` after it reaches the service (recording that it leaves takes
     milliseconds). A node whose renewal did land too late (a loaded machine:
-    ``leases_expired_unrenewed``, or ``lease_renewal_failed``), or whose renewal round began
-    only after its leases had run out (its loop held up: ``lease_renewal_late``), says so;
-    what another node adopts then was nobody's by the database's clock (the snapshots check
-    that), and its trigger, sent again, keeps the deadline of the first (PROTOCOL.md), so
-    adoptions and deadlines are looked at only in a run where every renewal landed in time."""
+    ``leases_expired_unrenewed``, after ``lease_renewal_failed`` too), or whose renewal round
+    began only after its leases had run out (its loop held up: ``lease_renewal_late``),
+    says so and how many executions it let go; what another node adopts then was nobody's
+    by the database's clock (the snapshots check that), so no more adoptions than that are
+    allowed. A trigger sent again after such a takeover keeps the first's deadline
+    (PROTOCOL.md), so deadlines are looked at only in a run where every renewal landed in
+    time."""
     events = found.events
     lapsed = sum(events[e] for e in LAPSES)
-    checked = [("after task restarted", "after_task_restarted")]
-    if not lapsed:
-        checked.append(("adopted from a live node", "execution_adopted"))
+    adopted = events["execution_adopted"]
+    restarted = events["after_task_restarted"]
     found_problems = {
-        name: [f"{event} logged {events[event]} times"] if events[event] else []
-        for name, event in checked
+        "after task restarted": [f"after_task_restarted logged {restarted} times"]
+        if restarted
+        else [],
+        "adopted from a live node": [
+            f"execution_adopted logged {adopted} times; the lapses let go of {found.let_go}"
+        ]
+        if adopted > found.let_go
+        else [],
     }
     if not lapsed:
         found_problems["deadline not task_timeout after the trigger"] = [
@@ -252,5 +270,6 @@ def faulted_counts(found: Faulted) -> str:
         f"trigger_lag_s=[{lags[0]:.2f}..{lags[-1]:.2f}] "
         f"lease_lost={found.events['lease_lost']} "
         f"execution_adopted={found.events['execution_adopted']} "
+        f"let_go_at_lapses={found.let_go} "
         + " ".join(f"{event}={found.events[event]}" for event in LAPSES)
     )
