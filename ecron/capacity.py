@@ -43,13 +43,14 @@ def in_line(execution: Execution) -> InLine:
 
 def wait_in_turn(older: tuple[Holder, ...], now: datetime) -> Wait:
     """How a backfilled run waits under ``forbid`` for the ``older`` runs of its task (active
-    ones, and waiting ones of older fire times): decided again within ``WAIT_RECHECK`` when
-    it is next (only active runs are older), else within ``WAIT_IN_LINE``: it cannot start
-    before the waiting one ahead of it, and an end here of a run of its task wakes it anyway.
+    ones, waiting ones of older fire times, retries planned for later): decided again within
+    ``WAIT_RECHECK`` when it is next (no waiting run is older), else within ``WAIT_IN_LINE``:
+    it cannot start before the waiting one ahead of it, and an end here of a run of its task
+    wakes it anyway.
     So a backfill of thousands of fire times is decided again about once a second while one
     of them runs, not thousands of times a second (each decision reads every waiting run)."""
     why = f"waiting for execution {older[0].eid} to end (concurrency: forbid)"
-    behind = any(other.status is Status.SCHEDULED for other in older)
+    behind = any(other.status is Status.SCHEDULED and not other.planned for other in older)
     return Wait(Waiting(CONCURRENCY, why), now + (WAIT_IN_LINE if behind else WAIT_RECHECK))
 
 

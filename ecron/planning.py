@@ -276,8 +276,10 @@ def decide_start(
     runs it only if no later fire time is claimed. An older execution still active: under
     ``forbid`` SKIPPED ``overlap`` (a run people asked for is answered by the active one);
     under ``replace`` the older ones are cancelled first (``Defer``); a backfilled run waits
-    for them under ``forbid`` (``Wait``: none is SKIPPED). Then the service's ``Retry-After``
-    and the pool (``room_in_pool``): a run that finds either closed waits, SCHEDULED.
+    for them under ``forbid`` (``Wait``: none is SKIPPED), and for the retries and resumes of
+    older fire times planned for later (each fire time's retry runs before the next). Then
+    the service's ``Retry-After`` and the pool (``room_in_pool``): a run that finds either
+    closed waits, SCHEDULED.
     """
     asked = asked_for(execution)
     if spec is None or gate.retired:
@@ -287,7 +289,8 @@ def decide_start(
         return Skip(Skipped(Reason.PAUSED, gate.paused_reason or "the task is paused"))
     if misfired(execution, spec, gate, now):
         return Skip(Skipped(Reason.MISFIRE, "started too late (misfire policy)"))
-    older = _older(execution, gate.active)
+    in_turn = execution.trigger_kind is TriggerKind.BACKFILL and spec.concurrency == "forbid"
+    older = _older(execution, gate.active, planned=in_turn)
     if older and spec.concurrency == "forbid":
         if execution.trigger_kind is TriggerKind.BACKFILL:
             return wait_in_turn(older, now)
@@ -306,14 +309,18 @@ def decide_start(
     return Begin(trigger_sent(execution, spec))
 
 
-def _older(execution: Execution, active: tuple[Holder, ...]) -> tuple[Holder, ...]:
+def _older(
+    execution: Execution, active: tuple[Holder, ...], *, planned: bool = False
+) -> tuple[Holder, ...]:
     """The task's runs ``execution`` comes after: the active ones, and those that wait to
-    start with an older fire time (a waiting run never waits for a younger one)."""
+    start with an older fire time (a waiting run never waits for a younger one); with
+    ``planned``, the retries and resumes planned for later with an older fire time too."""
     key = (execution.scheduled_at, execution.eid)
     return tuple(
         other
         for other in active
         if other.eid != execution.eid
+        and (planned or not other.planned)
         and (other.status is not Status.SCHEDULED or (other.scheduled_at, other.eid) < key)
     )
 
@@ -339,7 +346,7 @@ def misfired(execution: Execution, spec: TaskSpec, gate: Gate, now: datetime) ->
         return False
     if spec.misfire.policy == "skip":
         return True
-    waiting = [*gate.later, *(h.scheduled_at for h in gate.active)]
+    waiting = [*gate.later, *(h.scheduled_at for h in gate.active if not h.planned)]
     return any(when > execution.scheduled_at for when in waiting)
 
 

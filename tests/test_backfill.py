@@ -472,12 +472,6 @@ async def test_requests_that_cannot_be_carried_out_answer_400_naming_the_task_an
     assert created == [] and user_service.calls == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a retry of a backfilled run is decided like any retry: under forbid it is SKIPPED "
-    "overlap when the next backfilled run started during its backoff (decide_start waits "
-    "only for trigger_kind backfill, and a retry's kind is retry)",
-)
 async def test_a_failed_backfilled_run_is_retried_before_the_next_fire_time_runs(
     database_url: str, user_service: UserService
 ) -> None:

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import pytest
 
+from ecron.capacity import CONCURRENCY, WAIT_RECHECK, Wait
 from ecron.core import (
     Channel,
     Execution,
@@ -28,6 +29,7 @@ from ecron.core import (
     Transition,
     TriggerKind,
     TriggerSent,
+    Waiting,
     apply,
 )
 from ecron.core.machine import RETRY_AFTER
@@ -413,6 +415,9 @@ OPEN = Gate(paused=False, paused_reason=None, retired=False)
 PAUSED = Gate(paused=True, paused_reason="release", retired=False)
 BUSY = Gate(paused=False, paused_reason=None, retired=False, active=(OTHER,))
 LATER = Gate(paused=False, paused_reason=None, retired=False, later=(T0 + timedelta(hours=1),))
+#: A retry of an older fire time planned for later (waiting out its backoff).
+PLANNED = Holder("e0", Status.SCHEDULED, T0 - timedelta(hours=1), TriggerKind.RETRY, planned=True)
+RETRYING = Gate(paused=False, paused_reason=None, retired=False, active=(PLANNED,))
 
 
 def claim(kind: TriggerKind, scheduled_at: datetime = NOW) -> Execution:
@@ -492,6 +497,27 @@ STARTS = [
         "begin",
     ),
     (
+        "forbid: a backfilled run waits for an older fire time's retry planned for later",
+        claim(TriggerKind.BACKFILL),
+        spec(),
+        RETRYING,
+        "wait",
+    ),
+    (
+        "forbid: a fire time does not wait for a retry planned for later (nor is skipped)",
+        claim(TriggerKind.SCHEDULE),
+        spec(),
+        RETRYING,
+        "begin",
+    ),
+    (
+        "replace: a backfilled run cancels no retry planned for later",
+        claim(TriggerKind.BACKFILL),
+        spec(concurrency="replace"),
+        RETRYING,
+        "begin",
+    ),
+    (
         "run_once: a late fire time with a later one claimed is skipped (misfire)",
         claim(TriggerKind.SCHEDULE, NOW - timedelta(hours=1)),
         spec(misfire={"policy": "run_once", "grace": "5m"}),
@@ -522,6 +548,9 @@ def _kind(decision: object) -> str:
         case Defer(older):
             assert older == (OTHER,)
             return "defer"
+        case Wait(Waiting(what), until):
+            assert what == CONCURRENCY and until == NOW + WAIT_RECHECK, decision
+            return "wait"
     raise AssertionError(decision)
 
 

@@ -14,12 +14,16 @@ from ecron.core.status import Status, TriggerKind
 
 @dataclass(frozen=True, slots=True)
 class Holder:
-    """An active execution as a start decision sees it."""
+    """An active execution as a start decision sees it, or one waiting to start, or a
+    retry or resume planned for later (``planned``: SCHEDULED, not waiting; only a
+    backfilled run under ``forbid`` waits for it, so that a backfill runs each fire time's
+    retry before the next fire time)."""
 
     eid: str
     status: Status
     scheduled_at: datetime
     trigger_kind: TriggerKind
+    planned: bool = False
 
 
 #: Where a run waiting for its pool stands in line: live fire times before backfilled ones,
@@ -55,7 +59,8 @@ class Gate:
     paused_reason: str | None
     #: No longer in the config (or never was).
     retired: bool
-    #: The task's active executions (PENDING, RUNNING), oldest fire time first.
+    #: The task's active executions (PENDING, RUNNING), those waiting to start, and the
+    #: retries and resumes planned for later (``Holder.planned``), oldest fire time first.
     active: tuple[Holder, ...] = ()
     #: Fire times of the task's schedule claimed for later (when asked for).
     later: tuple[datetime, ...] = ()

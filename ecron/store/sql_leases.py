@@ -38,6 +38,11 @@ _ACTIVE_OR_WAITING = sa.or_(
         execution_table.c.waiting_for.is_not(None),
     ),
 )
+#: A retry or resume planned for later (it waits for nothing yet): see ``Holder.planned``.
+_PLANNED = sa.and_(
+    execution_table.c.status == str(Status.SCHEDULED),
+    execution_table.c.trigger_kind.in_([str(TriggerKind.RETRY), str(TriggerKind.RESUME)]),
+)
 _HELD = [str(status) for status in HELD]
 _HELD_SQL = ", ".join(f"'{status}'" for status in sorted(_HELD))
 #: At most this many eids go into one ``IN (...)`` list.
@@ -253,6 +258,7 @@ class LeaseOperations:
         return gates
 
     async def _holders(self, conn: AsyncConnection, names: list[str]) -> dict[str, list[Holder]]:
+        """The executions of tasks ``names`` a start decision looks at (see ``Holder``)."""
         query = (
             sa.select(
                 execution_table.c.task,
@@ -260,13 +266,16 @@ class LeaseOperations:
                 execution_table.c.status,
                 execution_table.c.scheduled_at,
                 execution_table.c.trigger_kind,
+                execution_table.c.waiting_for,
             )
-            .where(execution_table.c.task.in_(names), _ACTIVE_OR_WAITING)
+            .where(execution_table.c.task.in_(names), sa.or_(_ACTIVE_OR_WAITING, _PLANNED))
             .order_by(execution_table.c.scheduled_at, execution_table.c.eid)
         )
         holders: dict[str, list[Holder]] = defaultdict(list)
-        for task, eid, status, scheduled_at, kind in await conn.execute(query):
-            holders[task].append(Holder(eid, Status(status), scheduled_at, TriggerKind(kind)))
+        for task, eid, status, scheduled_at, kind, waiting_for in await conn.execute(query):
+            planned = status == str(Status.SCHEDULED) and waiting_for is None
+            holder = Holder(eid, Status(status), scheduled_at, TriggerKind(kind), planned)
+            holders[task].append(holder)
         return holders
 
     # -- taking over, renewing, letting go --------------------------------------------------
@@ -399,7 +408,7 @@ def _all_taken(
 def _own_active(gates: dict[str, Gate], plan: StartWrites, new: Collection[str]) -> set[str]:
     """The eids that ``plan`` starts, or that are the new runs of the call, and that are
     active already (a decider that saw its own new run active inserted nothing)."""
-    active = {holder.eid for gate in gates.values() for holder in gate.active}
+    active = {h.eid for gate in gates.values() for h in gate.active if not h.planned}
     own = {before.eid for before, _ in plan.writes} | set(new)
     return own & active
 
