@@ -179,11 +179,10 @@ def next_action(
     claimed one starts at its due time; a recorded cancel is closed after
     ``cancel_grace``; a deadline passed cancels (with no cancel call when it passed while
     the trigger was being recorded: that trigger never leaves); a planned call whose time
-    came is made; a
-    call whose trigger has not left is triggered now, one whose trigger may have left (taken
-    over) is probed first; then the call is followed: pushed calls are listened for until
-    their heartbeat ends (then ``Silent``), others polled every ``poll_interval``, never
-    past the deadline.
+    came is made; a call whose trigger has not left is triggered now, one whose trigger may
+    have left (taken over) is probed first; then the call is followed: pushed calls are
+    listened for until their heartbeat ends (then ``Silent``), others polled every
+    ``poll_interval``, never past the deadline.
     """
     decided, execution = _by_occasion(execution, now, occasion)
     if decided is not None:
