@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from ecron.config.model import TaskSpec
 from ecron.core import Execution, Holder, Status, TriggerKind, Waiting
 from ecron.core.plans import InLine, PoolGate
 
@@ -39,6 +40,14 @@ def in_line(execution: Execution) -> InLine:
     ones, then the oldest fire time first."""
     backfilled = execution.trigger_kind is TriggerKind.BACKFILL
     return (backfilled, execution.scheduled_at, execution.eid)
+
+
+def waits_in_turn(execution: Execution, spec: TaskSpec | None) -> bool:
+    """True for a backfilled run under ``forbid``: it waits for every older run of its
+    task, the retries and resumes of older fire times planned for later among them (so its
+    start needs those read, see ``Holder.planned``)."""
+    backfilled = execution.trigger_kind is TriggerKind.BACKFILL
+    return backfilled and spec is not None and spec.concurrency == "forbid"
 
 
 def wait_in_turn(older: tuple[Holder, ...], now: datetime) -> Wait:

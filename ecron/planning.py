@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from ecron.backoff import delay_after, exponential
-from ecron.capacity import Wait, room_in_pool, wait_in_turn
+from ecron.capacity import Wait, room_in_pool, wait_in_turn, waits_in_turn
 from ecron.clock import iso
 from ecron.config.model import TaskSpec
 from ecron.core import (
@@ -289,8 +289,7 @@ def decide_start(
         return Skip(Skipped(Reason.PAUSED, gate.paused_reason or "the task is paused"))
     if misfired(execution, spec, gate, now):
         return Skip(Skipped(Reason.MISFIRE, "started too late (misfire policy)"))
-    in_turn = execution.trigger_kind is TriggerKind.BACKFILL and spec.concurrency == "forbid"
-    older = _older(execution, gate.active, planned=in_turn)
+    older = _older(execution, gate.active, planned=waits_in_turn(execution, spec))
     if older and spec.concurrency == "forbid":
         if execution.trigger_kind is TriggerKind.BACKFILL:
             return wait_in_turn(older, now)

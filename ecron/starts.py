@@ -19,7 +19,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from ecron.capacity import POOL, Wait, in_line
+from ecron.capacity import POOL, Wait, in_line, waits_in_turn
 from ecron.clock import Clock
 from ecron.config.model import TaskSpec
 from ecron.core import Execution, Gate, Holder, Status, Transition, apply
@@ -116,8 +116,19 @@ class Starts:
         names = {r.execution.task for r in ordered}
         new = [r.execution.eid for r in ordered if r.new]
         watched = [name for name in names if self._watches_active(name, late)]
+        in_turn = [
+            r.execution.task
+            for r in ordered
+            if waits_in_turn(r.execution, self.specs.get(r.execution.task))
+        ]
         started = await self.store.start_executions(
-            names, decide, later_of=late, new=new, active_of=watched, pools=self._pools(names)
+            names,
+            decide,
+            later_of=late,
+            new=new,
+            active_of=watched,
+            planned_of=in_turn,
+            pools=self._pools(names),
         )
         return self._results(ordered, decided, started)
 

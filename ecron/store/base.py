@@ -107,14 +107,16 @@ class Store(abc.ABC):
         later_of: Collection[str] = (),
         new: Collection[str] = (),
         active_of: Collection[str] | None = None,
+        planned_of: Collection[str] = (),
         pools: Mapping[str, tuple[PoolGate, Collection[str]]] | None = None,
     ) -> Started:
         """Start executions, in one transaction: read the ``Gate`` of each task in ``tasks``
         (locking the task rows on PostgreSQL, so that two nodes never both start under
         ``forbid``), with its active executions for the tasks in ``active_of`` (None: all;
         a task whose rules never look at them, under ``concurrency: allow``, need not pay
-        for reading thousands), and the fire times claimed for later for those in
-        ``later_of``;
+        for reading thousands), its retries and resumes planned for later too for those in
+        ``planned_of`` (``Holder.planned``: a backfilled run waits for them), and the fire
+        times claimed for later for those in ``later_of``;
         ``decide`` turns them into writes of claimed executions, each a compare-and-set,
         and inserts of new runs (their eids are ``new``), each left out when its key (fire
         time, or ``resume_of``) is taken. ``pools``: the pools of those tasks, each with its

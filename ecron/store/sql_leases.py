@@ -131,12 +131,14 @@ class LeaseOperations:
         later_of: Collection[str] = (),
         new: Collection[str] = (),
         active_of: Collection[str] | None = None,
+        planned_of: Collection[str] = (),
         pools: Mapping[str, tuple[PoolGate, Collection[str]]] | None = None,
     ) -> Started:
         names = sorted(set(tasks))
         holders = names if active_of is None else sorted(set(active_of))
+        planned = sorted(set(planned_of) & set(holders))
         async with self.engines.write() as conn:
-            gates = await self._gates(conn, names, sorted(set(later_of)), holders)
+            gates = await self._gates(conn, names, sorted(set(later_of)), holders, planned)
             if pools:
                 gates = await self._pool_gates(conn, gates, pools)
             plan = decide(gates)
@@ -216,10 +218,16 @@ class LeaseOperations:
         return self.engines.dialect.insert(pool_table).values(values).on_conflict_do_nothing()
 
     async def _gates(
-        self, conn: AsyncConnection, names: list[str], later_of: list[str], active_of: list[str]
+        self,
+        conn: AsyncConnection,
+        names: list[str],
+        later_of: list[str],
+        active_of: list[str],
+        planned_of: list[str],
     ) -> dict[str, Gate]:
         """Each task's gate (see ``Gate``), with its active executions for the tasks in
-        ``active_of``; the task rows locked on PostgreSQL, in name order."""
+        ``active_of`` (and the retries planned for later of those in ``planned_of``); the
+        task rows locked on PostgreSQL, in name order."""
         rows = await conn.execute(
             self._locking(
                 sa.select(
@@ -234,7 +242,7 @@ class LeaseOperations:
             )
         )
         found = {row.name: row for row in rows}
-        active = await self._holders(conn, active_of) if active_of else {}
+        active = await self._holders(conn, active_of, planned_of) if active_of else {}
         later: dict[str, list[datetime]] = defaultdict(list)
         if later_of:
             query = sa.select(execution_table.c.task, execution_table.c.scheduled_at).where(
@@ -257,8 +265,14 @@ class LeaseOperations:
             )
         return gates
 
-    async def _holders(self, conn: AsyncConnection, names: list[str]) -> dict[str, list[Holder]]:
-        """The executions of tasks ``names`` a start decision looks at (see ``Holder``)."""
+    async def _holders(
+        self, conn: AsyncConnection, names: list[str], planned_of: list[str]
+    ) -> dict[str, list[Holder]]:
+        """The executions of tasks ``names`` a start decision looks at (see ``Holder``); the
+        retries and resumes planned for later only for the tasks in ``planned_of``."""
+        wanted = _ACTIVE_OR_WAITING
+        if planned_of:
+            wanted = sa.or_(wanted, sa.and_(_PLANNED, execution_table.c.task.in_(planned_of)))
         query = (
             sa.select(
                 execution_table.c.task,
@@ -268,7 +282,7 @@ class LeaseOperations:
                 execution_table.c.trigger_kind,
                 execution_table.c.waiting_for,
             )
-            .where(execution_table.c.task.in_(names), sa.or_(_ACTIVE_OR_WAITING, _PLANNED))
+            .where(execution_table.c.task.in_(names), wanted)
             .order_by(execution_table.c.scheduled_at, execution_table.c.eid)
         )
         holders: dict[str, list[Holder]] = defaultdict(list)
