@@ -151,7 +151,7 @@ async def test_a_trigger_recorded_only_after_its_deadline_is_not_sent_and_times_
         async with make_daemon(
             [spec], database=through.render_as_string(hide_password=False), lease_ttl="60s"
         ) as daemon:
-            proxy.delay = 0.3  # from here, each write (begin, update, commit) takes > 0.9 s
+            proxy.delay = 0.3  # from here a write (begin, update, commit) outlasts 0.5 s
             execution, _ = await daemon.parts.commands.run_now("job")
             store = daemon.store
 
