@@ -12,7 +12,6 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy.engine import make_url
 from structlog.testing import capture_logs
 
 from ecron.clock import Clock, Reading, best_offset
@@ -20,7 +19,7 @@ from ecron.core import Status
 from ecron.ids import new_eid
 from ecron.store.sql import SqlStore
 from tests.conftest import DaemonFactory, task
-from tests.support.latency import latency_proxy
+from tests.support.latency import proxied_database
 from tests.support.service import UserService, wait_for
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -107,15 +106,10 @@ async def test_a_node_whose_database_stalls_lets_go_of_its_leases_when_they_run_
     leases: the renewal under way cannot land, so when the lease runs out the node lets go
     of the running execution and logs ``leases_expired_unrenewed`` (reason
     ``renewal_late``), while the database is still stalled."""
-    url = make_url(database_url)
-    socket = f"{url.query['host']}/.s.PGSQL.{url.port or 5432}"
     user_service.duration = 30
-    async with latency_proxy(socket) as proxy:
-        through = url.set(host="127.0.0.1", port=proxy.port, query={})
+    async with proxied_database(database_url) as (proxy, through):
         spec = task("job", f"{user_service.url}/jobs/x", poll_interval="200ms")
-        async with make_daemon(
-            [spec], database=through.render_as_string(hide_password=False), lease_ttl="1s"
-        ) as daemon:
+        async with make_daemon([spec], database=through, lease_ttl="1s") as daemon:
             execution, _ = await daemon.parts.commands.run_now("job")
             held = daemon.engine.held
 
@@ -143,14 +137,9 @@ async def test_a_trigger_recorded_only_after_its_deadline_is_not_sent_and_times_
     ``task_timeout``), and the write lands only after that deadline. The trigger is not
     sent (it would start the job past its deadline) and nothing is cancelled: the run ends
     TIMED_OUT with no call at all to the service and no cancel recorded."""
-    url = make_url(database_url)
-    socket = f"{url.query['host']}/.s.PGSQL.{url.port or 5432}"
-    async with latency_proxy(socket) as proxy:
-        through = url.set(host="127.0.0.1", port=proxy.port, query={})
+    async with proxied_database(database_url) as (proxy, through):
         spec = task("job", f"{user_service.url}/jobs/x", task_timeout="500ms")
-        async with make_daemon(
-            [spec], database=through.render_as_string(hide_password=False), lease_ttl="60s"
-        ) as daemon:
+        async with make_daemon([spec], database=through, lease_ttl="60s") as daemon:
             proxy.delay = 0.3  # from here a write (begin, update, commit) outlasts 0.5 s
             execution, _ = await daemon.parts.commands.run_now("job")
             store = daemon.store

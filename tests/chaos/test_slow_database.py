@@ -15,13 +15,12 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from sqlalchemy.engine import URL, make_url
 
 from tests.chaos.driver import chaos_seed
 from tests.chaos.faulted import Cluster, faulted_counts, faulted_problems, faulted_run
 from tests.chaos.launcher import start_warm_node
 from tests.support.cluster import let_time_pass
-from tests.support.latency import LatencyProxy, latency_proxy
+from tests.support.latency import LatencyProxy, proxied_database
 from tests.support.service import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.usefixtures("warm_forkserver")]
@@ -34,15 +33,6 @@ STALL = 5.0
 AFTER = 3.0
 #: A generous bound on the wait for node1 to hold work before the stall.
 HOLD_TIMEOUT = 15.0
-
-
-def _server_address(url: URL) -> tuple[str, int] | str:
-    """Where PostgreSQL listens: host and port, or its Unix socket (``?host=/dir``)."""
-    directory = url.query.get("host")
-    if isinstance(directory, str) and directory.startswith("/"):
-        return f"{directory}/.s.PGSQL.{url.port or 5432}"
-    assert url.host, f"no PostgreSQL address in {url!r}"
-    return (url.host, url.port or 5432)
 
 
 async def _slow_then_stalled(proxy: LatencyProxy, cluster: Cluster) -> None:
@@ -69,10 +59,7 @@ async def test_a_node_on_a_slow_then_stalled_database_lets_go_of_what_it_cannot_
     keeps the first's deadline: the job is given less than its timeout), node1 said it let
     its leases go (``leases_expired_unrenewed``), and both nodes stop cleanly."""
     seed = chaos_seed()
-    url = make_url(postgres_url)
-    async with latency_proxy(_server_address(url)) as proxy:
-        through = url.set(host="127.0.0.1", port=proxy.port, query={})
-        slow_url = through.render_as_string(hide_password=False)
+    async with proxied_database(postgres_url) as (proxy, slow_url):
         print(f"\nnode1 through the latency proxy on port {proxy.port}; seed {seed}")
         launch = [
             lambda name, directory: start_warm_node(name, directory, postgres_url, tmp_path),

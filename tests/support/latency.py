@@ -18,6 +18,8 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
+from sqlalchemy.engine import URL, make_url
+
 
 @dataclass
 class LatencyProxy:
@@ -131,3 +133,22 @@ async def latency_proxy(target: tuple[str, int] | str) -> AsyncIterator[LatencyP
         yield proxy
     finally:
         await proxy.close()
+
+
+def _server_address(url: URL) -> tuple[str, int] | str:
+    """Where PostgreSQL listens: host and port, or its Unix socket (``?host=/dir``)."""
+    directory = url.query.get("host")
+    if isinstance(directory, str) and directory.startswith("/"):
+        return f"{directory}/.s.PGSQL.{url.port or 5432}"
+    assert url.host, f"no PostgreSQL address in {url!r}"
+    return (url.host, url.port or 5432)
+
+
+@asynccontextmanager
+async def proxied_database(database_url: str) -> AsyncIterator[tuple[LatencyProxy, str]]:
+    """A ``LatencyProxy`` in front of the PostgreSQL server of ``database_url``, and the
+    URL that reaches that database through it."""
+    url = make_url(database_url)
+    async with latency_proxy(_server_address(url)) as proxy:
+        through = url.set(host="127.0.0.1", port=proxy.port, query={})
+        yield proxy, through.render_as_string(hide_password=False)
