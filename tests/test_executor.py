@@ -94,3 +94,35 @@ def test_while_the_api_is_asked_the_pace_is_cut_on_a_busy_node_and_grows_back_wh
     pace.answered(API_SLOW * 2, now=300.4)  # a slow answer cuts it too
     pace.observe(0.0, 0.0, now=300.5)
     assert pace.limit == 81
+
+
+async def test_a_node_is_saturated_when_polls_go_out_later_than_their_interval_asks() -> None:
+    """Saturated means polls wait for a worker longer than the interval they were planned at,
+    whatever that is: a poll planned every 100 ms that has waited 150 ms for a worker makes
+    the node saturated; one planned every 10 s that has waited a whole second does not
+    (it is late by a tenth of its interval); nothing waiting is never saturated."""
+    for interval, waited, saturated in [
+        (timedelta(milliseconds=100), timedelta(milliseconds=150), True),
+        (timedelta(milliseconds=100), timedelta(milliseconds=50), False),
+        (10 * SECOND, SECOND, False),
+        (10 * SECOND, 11 * SECOND, True),
+    ]:
+        clock = FakeClock(T0)
+        executor = Executor(clock=clock, workers=2, metrics=Metrics(), room_for_claims=Wakeup())
+        assert not executor.saturated(T0)
+        executor.pace.limit = 1  # one poll out at a time: the second waits
+        executor.plan("first", Poll(T0 + interval))
+        executor.plan("second", Poll(T0 + interval))
+        stopping = asyncio.Event()
+        dispatcher = asyncio.create_task(executor.dispatch(stopping))
+        try:
+            due = clock.set(T0 + interval)
+            await handed_out(executor, 1)  # both were sorted; the second waits for the pace
+            assert executor.backlog_of_polls == 1
+            now = clock.set(due + waited)
+            assert executor.saturated(now) is saturated, (interval, waited)
+            assert executor.load(now)["saturated"] is saturated
+        finally:
+            stopping.set()
+            executor.wake()
+            await dispatcher

@@ -40,9 +40,11 @@ BATCH_LIMIT = 100
 #: While polls wait and workers are idle (the pace holds them back), the dispatcher looks
 #: again this often (seconds) whether the pace lets more go.
 PACE_LOOK = 0.1
-#: A due poll that waits longer than this for a worker means the node is past its polling
-#: ceiling: it is saturated (its polls stretch evenly, the API still answers).
-SATURATED_AFTER = timedelta(seconds=1)
+#: A due poll that waits for a worker longer than the interval it was planned at (the time
+#: from its planning to its due moment: its ``poll_interval``, whatever that is), and longer
+#: than this, means the node is past its polling ceiling: it is saturated (its polls go out
+#: later than their interval asks; they stretch evenly, the API still answers).
+SATURATED_FLOOR = timedelta(milliseconds=100)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +57,8 @@ class Job:
     key: Hashable | None = None
     #: The plan number of each action (a newer plan of its eid makes it stale).
     seqs: tuple[int, ...] = ()
+    #: The shortest interval its polls were planned at (from planning to due).
+    asked: timedelta = timedelta(0)
 
     @property
     def polls(self) -> bool:
@@ -62,8 +66,9 @@ class Job:
         return isinstance(self.actions[0][1], Poll)
 
 
-#: A due plan: eid, action, when it was due, its batch key, its plan number.
-_Due = tuple[str, "Timed | Start", datetime, "Hashable | None", int]
+#: A due plan: eid, action, when it was due, its batch key, its plan number, the interval
+#: it was planned at.
+_Due = tuple[str, "Timed | Start", datetime, "Hashable | None", int, timedelta]
 
 
 @dataclass(slots=True)
@@ -85,8 +90,9 @@ class Executor:
         self.workers = workers
         self.metrics = metrics
         self._seq = itertools.count()
-        #: The newest plan of each eid: its number, the action and its batch key.
-        self._plans: dict[str, tuple[int, Timed | Start, Hashable | None]] = {}
+        #: The newest plan of each eid: its number, the action, its batch key, and when it
+        #: was planned.
+        self._plans: dict[str, tuple[int, Timed | Start, Hashable | None, datetime]] = {}
         self._starts: list[tuple[datetime, int, str]] = []
         self._calls: list[tuple[datetime, int, str]] = []
         self._batches: dict[Hashable, _Batch] = {}
@@ -117,11 +123,12 @@ class Executor:
         with a batch ``key`` joins that key's next batch when it is due no later than the
         poll (it may go up to one interval early, never later)."""
         seq = next(self._seq)
-        self._plans[eid] = (seq, action, key)
+        now = self.clock.now()
+        self._plans[eid] = (seq, action, key, now)
         at = action.at
         if isinstance(action, Start):
             heap = self._starts
-        elif not isinstance(action, Poll) and at <= self.clock.now():
+        elif not isinstance(action, Poll) and at <= now:
             self._queue_urgent(Job(((eid, action),), (at,), None, (seq,)))
             self._wake.set()
             return
@@ -166,9 +173,9 @@ class Executor:
 
     def load(self, now: datetime) -> dict[str, Any]:
         """How loaded this node is (``/readyz``'s body, the metrics): ``saturated`` while
-        due polls wait over a second for a worker (past the polling ceiling: polls stretch
-        evenly, the API keeps its share), how long the oldest has waited, how many wait,
-        and how many polls may be out at once now."""
+        due polls wait for a worker longer than their interval asks (past the polling
+        ceiling: polls stretch evenly, the API keeps its share), how long the oldest has
+        waited, how many wait, and how many polls may be out at once now."""
         return {
             "saturated": self.saturated(now),
             "poll_delay_seconds": round(self.oldest_poll_wait(now).total_seconds(), 3),
@@ -220,8 +227,13 @@ class Executor:
         return max(timedelta(0), now - min(self._polls[0].due))
 
     def saturated(self, now: datetime) -> bool:
-        """True while due polls wait longer than ``SATURATED_AFTER`` for a worker."""
-        return self.oldest_poll_wait(now) > SATURATED_AFTER
+        """True while the oldest due poll has waited for a worker longer than the interval
+        it was planned at (and than ``SATURATED_FLOOR``): polls go out later than their
+        interval asks, whatever the interval."""
+        if not self._polls:
+            return False
+        oldest = self._polls[0]
+        return self.oldest_poll_wait(now) > max(oldest.asked, SATURATED_FLOOR)
 
     async def dispatch(self, stopping: asyncio.Event) -> None:
         """Move due plans to the workers, urgent ones first, polls at the pace; until
@@ -293,7 +305,8 @@ class Executor:
         if len(kept) == len(job.actions):
             return job
         actions = tuple((eid, action) for eid, action, _, _ in kept)
-        return Job(actions, tuple(d for _, _, d, _ in kept), job.key, tuple(q for *_, q in kept))
+        dues = tuple(d for _, _, d, _ in kept)
+        return Job(actions, dues, job.key, tuple(q for *_, q in kept), job.asked)
 
     def _pop(self, heap: list[tuple[datetime, int, str]], until: datetime) -> list[_Due]:
         """The live plans of ``heap`` due at or before ``until``, with their batch keys (a
@@ -305,23 +318,23 @@ class Executor:
             if plan is not None and plan[0] == seq:
                 if heap is self._starts:
                     del self._plans[eid]
-                due.append((eid, plan[1], when, plan[2], seq))
+                due.append((eid, plan[1], when, plan[2], seq, when - plan[3]))
         return due
 
     def _sort(self, popped: list[_Due]) -> None:
         """Due calls as jobs: one each, but polls with the same batch key due together in
         one job (at most ``BATCH_LIMIT``)."""
-        keyed: dict[Hashable, list[tuple[str, Timed, datetime, int]]] = {}
-        for eid, action, when, key, seq in popped:
+        keyed: dict[Hashable, list[tuple[str, Timed, datetime, int, timedelta]]] = {}
+        for eid, action, when, key, seq, asked in popped:
             assert not isinstance(action, Start)
             if key is None:
-                job = Job(((eid, action),), (when,), None, (seq,))
+                job = Job(((eid, action),), (when,), None, (seq,), asked)
                 if isinstance(action, Poll):
                     self._polls.append(job)
                 else:
                     self._queue_urgent(job)
             else:
-                keyed.setdefault(key, []).append((eid, action, when, seq))
+                keyed.setdefault(key, []).append((eid, action, when, seq, asked))
         for key, items in keyed.items():
             self._batched(key, items)
 
@@ -339,12 +352,16 @@ class Executor:
                 if plan is not None and plan[0] == member_seq:
                     action = plan[1]
                     assert isinstance(action, Poll)
-                    items.append((eid, action, when, member_seq))
+                    items.append((eid, action, when, member_seq, when - plan[3]))
             self._batched(key, items)
 
-    def _batched(self, key: Hashable, items: Sequence[tuple[str, Timed, datetime, int]]) -> None:
+    def _batched(
+        self, key: Hashable, items: Sequence[tuple[str, Timed, datetime, int, timedelta]]
+    ) -> None:
         for first in range(0, len(items), BATCH_LIMIT):
             chunk = items[first : first + BATCH_LIMIT]
-            actions = tuple((eid, action) for eid, action, _, _ in chunk)
-            dues = tuple(when for _, _, when, _ in chunk)
-            self._polls.append(Job(actions, dues, key, tuple(seq for *_, seq in chunk)))
+            actions = tuple((eid, action) for eid, action, *_ in chunk)
+            dues = tuple(item[2] for item in chunk)
+            seqs = tuple(item[3] for item in chunk)
+            asked = min(item[4] for item in chunk)
+            self._polls.append(Job(actions, dues, key, seqs, asked))
