@@ -62,6 +62,9 @@ class State:
         self.window_requests = 0
         self.window_started = time.monotonic()
         self.intervals: list[float] = []
+        #: Per execution, the largest gap between two of its polls in the window (its first
+        #: poll in the window measured from the window's start).
+        self.window_gap: dict[str, float] = {}
         self.finished = 0
         #: ``runs``: eid -> when its trigger arrived; the longest gap between its trigger and
         #: a poll or two polls; the eids whose job ended (answered SUCCESS); polls ever.
@@ -115,6 +118,11 @@ class Handlers:
         state.window_polls += 1
         if last is not None and last >= state.window_started:
             state.intervals.append(now - last)
+        gap = now - (
+            last if last is not None and last >= state.window_started else state.window_started
+        )
+        if gap > state.window_gap.get(eid, 0.0):
+            state.window_gap[eid] = gap
         if state.mode == "lifecycle":
             return lifecycle_report(state, count)
         if state.mode == "runs":
@@ -141,10 +149,14 @@ class Handlers:
         self.state.window_polls = self.state.window_requests = 0
         self.state.window_started = time.monotonic()
         self.state.intervals = []
+        self.state.window_gap = {}
         return web.json_response({"marked": True})
 
     async def polls(self, request: web.Request) -> web.Response:
-        return web.json_response(poll_stats(self.state))
+        interval = request.query.get("interval")
+        return web.json_response(
+            poll_stats(self.state, None if interval is None else float(interval))
+        )
 
     async def runs(self, request: web.Request) -> web.Response:
         interval = float(request.query.get("interval", "1"))
@@ -237,12 +249,23 @@ def run_stats(state: State, interval: float) -> dict[str, Any]:
     }
 
 
-def poll_stats(state: State) -> dict[str, Any]:
-    """Polls since the mark, how many executions are being polled now, the intervals."""
+def poll_stats(state: State, interval: float | None = None) -> dict[str, Any]:
+    """Polls since the mark, how many executions are being polled now, the intervals; and
+    per execution the largest gap in the window between two of its polls (the window's start
+    and now count as polls): the largest of all, how many exceed 3 ``interval``s, how many
+    were not polled at all since the mark."""
     now = time.monotonic()
     intervals = sorted(state.intervals)
     n = len(intervals)
+    started = state.window_started
+    gaps = [
+        max(state.window_gap.get(eid, 0.0), now - max(last, started))
+        for eid, last in state.last_poll.items()
+    ]
     return {
+        "gap_max": max(gaps) if gaps else None,
+        "over_3_intervals": None if interval is None else sum(g > 3 * interval for g in gaps),
+        "unpolled": sum(1 for last in state.last_poll.values() if last < started),
         "polls": state.window_polls,
         "requests": state.window_requests,
         "seconds": now - state.window_started,

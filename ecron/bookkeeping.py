@@ -24,6 +24,7 @@ from ecron.chains import Chains
 from ecron.clock import Clock, Wakeup
 from ecron.config.model import DaemonSettings, TaskSpec
 from ecron.core import Execution, Reason, Status, TriggerKind
+from ecron.executor.held import Held
 from ecron.leases import CLAIM_GRACE
 from ecron.metrics import Metrics
 from ecron.notify import Notifier
@@ -67,9 +68,12 @@ class Bookkeeping:
         specs: Mapping[str, TaskSpec],
         metrics: Metrics,
         scheduler_wakeup: Wakeup,
+        held: Held,
         notifier: Notifier | None = None,
     ) -> None:
         self.store = store
+        #: Whose lease the runs this node claims are held under.
+        self.held = held
         #: Makes the runs of the tasks chained to those whose executions end.
         self.chains = Chains(
             store=store, clock=clock, specs=specs, claim=self.claim, metrics=metrics
@@ -100,7 +104,7 @@ class Bookkeeping:
             now=now,
             horizon=now + self.settings.prefetch,
             grace=CLAIM_GRACE,
-            lease_ttl=self.settings.lease_ttl,
+            epoch=self.held.lease.epoch,
         )
 
     async def with_end(self, execution: Execution) -> list[Execution]:

@@ -290,8 +290,7 @@ class Daemon:
             self._started = False
             released = 0
             with suppress(Exception):
-                released = await self.leases.release_all()
-                await self.store.remove_node(self.node_id)
+                released = await self.leases.let_go()
             log.info("daemon_stopped", node=self.node_id, released=released)
         await self._stack.aclose()
 

@@ -1,17 +1,23 @@
 """Leases: what this node holds, and for how long (DESIGN.md, "Scale").
 
-One component holds every lease rule: claiming due fire times (many per transaction, this
-node's share of them), renewing at half the TTL, letting go, taking over what nobody holds,
-and the patrol's stale force-claim.
+One component holds every lease rule: the node's own lease (taken at start, renewed at half
+the TTL in one statement whatever the node holds, taken again after it was lost), claiming
+due fire times (many per transaction, this node's share of them), taking over what nobody
+holds, and the patrol's stale force-claim.
 
-Two lengths of lease:
+Everything a node claims is held under its node lease (``core.Lease``: the node and the
+epoch of its lease). Renewing it is one write per round, at 10 executions as at 50,000.
+Whoever finds a node's lease run out fences it (raises its epoch) before taking anything
+it held, so that node's renewal fails from then on: it lets go of everything, takes a new
+lease (a new epoch) and takes back, by polling, what nobody else took. Every fenced write
+names the lease it was made under and lands only while that lease is the node's.
 
-- a fire time claimed ahead (SCHEDULED) is held until its start plus ``CLAIM_GRACE``: a
-  node that dies before starting it costs its own claims under a second, not ``lease_ttl``
-  ("A dead node costs its own work only"); another node takes it over then and triggers
-  it with the same eid (the service dedupes on it);
-- a started execution is held for ``lease_ttl``, renewed at half of it; a dead node's are
-  adopted by polling once they expire, never triggered again.
+A fire time claimed ahead (SCHEDULED) is also held by a claim of its own, until its start
+plus ``CLAIM_GRACE``: a node that dies before starting it costs its own claims under a
+second, not ``lease_ttl`` ("A dead node costs its own work only"); another node takes it
+over then and triggers it with the same eid (the service dedupes on it). A started or
+waiting execution leans on the node's lease alone: a dead node's are adopted by polling
+once that lease runs out, never triggered again.
 """
 
 from __future__ import annotations
@@ -26,17 +32,17 @@ import structlog
 
 from ecron.clock import Clock, iso
 from ecron.config.model import DaemonSettings
-from ecron.core import FINAL, Execution, Status, due_at
+from ecron.core import Execution, Status, due_at
 from ecron.executor.held import Held
 from ecron.metrics import Metrics
 from ecron.store.base import Store
-from ecron.store.records import Claimed, Planner
+from ecron.store.records import Adopted, Claimed, Planner
 
 log = structlog.get_logger(__name__)
 
 #: A claimed, never started fire time is held this long past its start.
 CLAIM_GRACE = timedelta(milliseconds=500)
-#: How often expired leases are looked for: claims of a dead node are taken over within
+#: How often work nobody holds is looked for: claims of a dead node are taken over within
 #: ``CLAIM_GRACE`` plus this much after their start (so within a second: the next fire time
 #: of a task every second still comes after it).
 TAKEOVER_EVERY = timedelta(milliseconds=250)
@@ -49,7 +55,7 @@ SMALL_CLAIM = 5
 
 
 class Leases:
-    """Claims, renewals, releases and takeovers for one node; see the module docstring."""
+    """The node's lease, claims, takeovers and force-claims; see the module docstring."""
 
     def __init__(
         self,
@@ -67,37 +73,43 @@ class Leases:
         self.settings = settings
         self.node_id = node_id
         self.metrics = metrics
-        #: Nodes with a recent heartbeat (this one included).
+        #: Nodes with a live lease (this one included).
         self.live_nodes = 1
         self._next_takeover: datetime | None = None
         self._next_own_sweep: datetime | None = None
         self._stopping = asyncio.Event()
-        #: The tasks saying why leases were lost (``_say_lost_aside``).
-        self._telling: set[asyncio.Task[None]] = set()
+        #: Until when the lease taken at start runs (``register``).
+        self._taken_until: datetime | None = None
+        #: True from the moment the lease was lost (fenced, or run out unrenewed) until a new
+        #: one is taken: meanwhile nothing is claimed or taken over.
+        self.lost = False
+        #: The latest end of the lease any renewal asked for (landed or not: one under way
+        #: when the lease lapsed may land later): a lapsed lease is held by the database
+        #: until then, so the node takes a new one (freeing what the old one held) only after.
+        self._asked_until: datetime | None = None
 
-    # -- lease lengths --------------------------------------------------------------------
+    # -- lengths ----------------------------------------------------------------------------
 
     def claim_until(self, start: datetime) -> datetime:
-        """The lease of a fire time claimed ahead, that starts at ``start``."""
+        """The own claim of a fire time claimed ahead, that starts at ``start``."""
         return start + CLAIM_GRACE
 
-    def full_until(self, now: datetime) -> datetime:
-        """The lease of a started execution, from ``now``."""
+    def lease_until(self, now: datetime) -> datetime:
+        """The node's lease, renewed at ``now``."""
         return now + self.settings.lease_ttl
 
-    def _lease_for(self) -> Callable[[Execution], datetime]:
-        """The lease of each execution taken over, counted from when it is written (the
-        clock is read then, inside the transaction): a round's ``now`` may be seconds old by
-        the time its transaction lands (the database was away and it was retried), and a
-        lease counted from it would already be running out."""
+    def _claim_for(self) -> Callable[[Execution], datetime | None]:
+        """The own claim of each execution taken over: a fire time claimed ahead and not
+        waiting gets one, counted from when it is written (the clock is read then, inside
+        the transaction: a round's ``now`` may be seconds old by the time its transaction
+        lands); anything else leans on the node's lease (None)."""
 
-        def lease(execution: Execution) -> datetime:
-            now = self.clock.now()
-            if execution.status is Status.SCHEDULED:
-                return self.claim_until(max(now, due_at(execution)))
-            return self.full_until(now)
+        def claim(execution: Execution) -> datetime | None:
+            if execution.status is Status.SCHEDULED and execution.waiting_for is None:
+                return self.claim_until(max(self.clock.now(), due_at(execution)))
+            return None
 
-        return lease
+        return claim
 
     # -- claiming -------------------------------------------------------------------------
 
@@ -112,6 +124,8 @@ class Leases:
         While some task's fire time is already due (late: not claimed ahead), at most
         ``room`` tasks are claimed: what this node's workers can take up now, so that a
         node that fell behind takes on no more than it can start (backpressure)."""
+        if self.lost:  # nothing is claimed under a lease that is no longer the node's
+            return Claimed([], 0, 0), False
         horizon = now + self.settings.prefetch
         # A read first: most rounds find nothing due, and then take no write lock.
         due = await self.store.count_due(horizon, None if self.live_nodes > 1 else 1)
@@ -130,89 +144,63 @@ class Leases:
         full = claimed.read == share and claimed.advanced > 0
         return claimed, full and self.live_nodes == 1
 
+    # -- taking over ------------------------------------------------------------------------
+
     def takeover_due(self, now: datetime) -> bool:
-        """True when it is time to look for expired leases again."""
+        """True when it is time to look for work nobody holds again."""
         return self._next_takeover is None or now >= self._next_takeover
 
-    async def take_over(self, now: datetime, known: Callable[[str], bool]) -> list[Execution]:
+    async def take_over(self, now: datetime, known: Callable[[str], bool]) -> list[Adopted]:
         """Take the executions nobody holds (a dead node's, a released one's, this node's
-        own from before a restart) of the tasks this node ``known``s."""
-        self._next_takeover = now + TAKEOVER_EVERY
+        own from before a restart or a lost lease) of the tasks this node ``known``s, each
+        with the node that held it before. A full batch brings the next round forward (a
+        dead node's 50,000 are taken over in batches, one after the other)."""
+        if self.lost:  # taken back once the node has a lease again
+            return []
         own_too = self._next_own_sweep is None or now >= self._next_own_sweep
-        if own_too:  # its own from before a restart, or let go when renewals failed
+        if own_too:  # its own claims it did not start in time
             self._next_own_sweep = now + self.settings.lease_ttl / 2
         taken = await self.store.claim_runnable(
-            self.node_id,
+            self.held.lease,
             now,
-            self._lease_for(),
+            self._claim_for(),
             CLAIM_BATCH,
             skip=self.held if own_too else None,
         )
-        mine = [e for e in taken if known(e.task)]
-        strangers = [e.eid for e in taken if not known(e.task)]
+        full = len(taken) >= CLAIM_BATCH
+        self._next_takeover = now if full else now + TAKEOVER_EVERY
+        mine = [a for a in taken if known(a.execution.task)]
+        strangers = [a.execution.eid for a in taken if not known(a.execution.task)]
         if strangers:
             await self.store.release_leases(self.node_id, strangers)
         self.metrics.claims.labels(kind="takeover").inc(len(mine))
         return mine
 
     async def force_claim(self, eids: list[str], now: datetime) -> list[Execution]:
-        """Take the leases of ``eids`` whoever holds them (stale executions)."""
-        taken = await self.store.force_claim(self.node_id, eids, self.full_until(now))
+        """Take ``eids`` whoever holds them (stale executions)."""
+        taken = await self.store.force_claim(self.held.lease, eids)
         self.metrics.claims.labels(kind="stale").inc(len(taken))
         return taken
 
-    # -- keeping and letting go -----------------------------------------------------------
+    # -- the node's lease -------------------------------------------------------------------
 
-    async def renew(self) -> list[str]:
-        """Extend the leases of this node's active executions and of the runs it holds that
-        wait to start, by ``lease_ttl`` from now (the clock read as the renewal leaves, not
-        at the round's start); the eids it lost."""
-        held = self.held.renewed_eids()
-        renewed = await self.store.renew_leases(
-            self.node_id, held, self.full_until(self.clock.now())
+    async def register(self) -> None:
+        """Take this node's lease (at start): a new epoch, so whatever a process of the same
+        node id held before is free from now on."""
+        now = self.clock.now()
+        until = self.lease_until(now)
+        self.held.lease = await self.store.take_node_lease(
+            self.node_id, now, until, host=socket.gethostname(), pid=os.getpid()
         )
-        return [eid for eid in held if eid not in renewed and eid in self.held]
+        self._taken_until = self._asked_until = until
+        self.live_nodes = await self.store.live_nodes(now)
 
-    def _say_lost_aside(self, eids: list[str]) -> None:
-        """``_say_lost`` in a task of its own (the renewal loop never waits on its reads)."""
-        telling = asyncio.create_task(self._say_lost(eids), name="ecron-lease-lost")
-        self._telling.add(telling)
-        telling.add_done_callback(self._telling.discard)
-
-    async def _say_lost(self, eids: list[str]) -> None:
-        """Say why each lease a renewal did not return is gone (it was let go already):
-        another node holds the execution (``lease_lost``, a warning, counted in
-        ``ecron_leases_lost``), or it ended meanwhile by a report this node held no lease
-        for: a callback, a queue message or a person's cancel answered by another node
-        (``execution_ended_elsewhere``). When the row cannot be read, ``lease_lost``."""
-        for eid in eids:
-            try:
-                row = await self.store.get_execution(eid)
-            except Exception:
-                row = None
-            if row is not None and row.status in FINAL:
-                log.info(
-                    "execution_ended_elsewhere",
-                    execution_id=eid,
-                    task=row.task,
-                    status=str(row.status),
-                )
-            else:
-                log.warning("lease_lost", execution_id=eid)
-                self.metrics.leases_lost.inc()
-
-    async def release_all(self) -> int:
-        """Give every lease back (clean shutdown), so that another node adopts at once."""
-        held = list(self.held)
-        await self.store.release_leases(self.node_id, held)
-        return len(held)
-
-    def _let_go(self, eids: list[str]) -> None:
-        """This node no longer holds ``eids`` (their leases were lost, or lapsed): whatever
-        was planned for them is dropped when it comes due (the engine drives only what is
-        held)."""
-        for eid in eids:
-            self.held.forget(eid)
+    async def let_go(self) -> int:
+        """Give the lease back (clean shutdown): everything held under it is free at once for
+        another node to adopt; how many executions that was."""
+        held = len(self.held)
+        await self.store.let_go_node_lease(self.held.lease)
+        return held
 
     async def align_clock(self, readings: int = 1) -> None:
         """Read the database's clock ``readings`` times, so that this node's decisions are
@@ -221,72 +209,124 @@ class Leases:
         for _ in range(readings):
             self.clock.align(await self.store.read_clock(self.clock.ticks))
 
-    async def _keep_alive(self) -> list[str]:
-        """One round: the leases renewed (first: they cannot wait), the database's clock
-        read, the heartbeat, the live nodes counted; the eids lost."""
-        lost = await self.renew()
-        await self.align_clock()
+    async def renew(self) -> bool:
+        """One round: the lease renewed, the node shown alive, the database's clock read and
+        the live nodes counted, in one statement; False when the lease was fenced."""
         now = self.clock.now()
-        await self.store.heartbeat(self.node_id, now)
-        self.live_nodes = await self.store.live_nodes(now - self.settings.lease_ttl)
-        return lost
+        until = self.lease_until(now)
+        self._asked_until = max(self._asked_until or until, until)
+        renewal = await self.store.renew_node_lease(self.held.lease, now, until, self.clock.ticks)
+        if renewal is None:
+            return False
+        self.clock.align(renewal.reading)
+        self.live_nodes = renewal.live_nodes
+        return True
 
     async def run(self) -> None:
-        """Heartbeat and lease renewal at half the lease TTL, until cancelled. A lease not
-        renewed is let go; when the database cannot be reached, or answers too slowly, for
-        this node's leases to be renewed before they run out, it lets go of everything at
-        that moment (another node may take over) and says so (``leases_expired_unrenewed``);
-        a renewal that lands later keeps nothing it let go. Each round's end is told to
-        ``Held`` (``renewed``): a node woken from a pause longer than its leases sends
-        nothing before the round after it has let go of what it lost."""
+        """Renew the lease at half its TTL, until cancelled. When the database cannot be
+        reached, or answers too slowly, for the lease to be renewed before it runs out, the
+        node lets go of everything at that moment (another node may take over) and says so
+        (``leases_expired_unrenewed``); when a renewal finds the lease fenced (another node
+        found it run out and took the node's work over), the same. Either way the old lease
+        is never renewed again: the node takes a new one (a new epoch) first, claims and
+        takes over nothing until it has, and its takeover then takes back, by polling, what
+        nobody else took. Each round's end is told to ``Held`` (``renewed``): a node woken
+        from a pause longer than its lease sends nothing before the round after it. A write
+        refused by the lease it was made under brings the next round forward
+        (``Held.doubt_lease``)."""
         interval = self.settings.lease_ttl.total_seconds() / 2
-        valid_until = self.full_until(self.clock.now())
+        valid_until = self._taken_until or self.lease_until(self.clock.now())
         self.held.renewed(valid_until)
+        doubted = self.held.lease_doubted
         try:
-            while not await self.clock.wait(self._stopping, interval):
-                started = self.clock.now()
-                if started >= valid_until:
-                    self._say_late(started, valid_until)
-                try:
-                    lost = await self._keep_alive_within(valid_until, started)
-                except Exception:
-                    log.exception("lease_renewal_failed", leases=len(self.held))
-                    if self.clock.now() >= valid_until:
-                        self._lapse("renewal_failed", valid_until)
-                    self.held.renewed(None)
-                    continue
-                valid_until = self.full_until(started)
-                if lost:
-                    self._let_go(lost)
-                self.held.renewed(valid_until)
-                if lost:  # why, read aside: the next round does not wait for it
-                    self._say_lost_aside(lost)
+            while True:
+                await self.clock.wait(doubted, interval)  # a round, or a write doubts it
+                doubted.clear()
+                if self._stopping.is_set():
+                    break
+                valid_until = await self._round(valid_until)
         finally:  # no round comes any more: nobody waits for one (the node is stopping)
             self.held.renewed_until = None
             self.held.renewed(None)
-            for telling in self._telling:
-                telling.cancel()
 
-    async def _keep_alive_within(self, valid_until: datetime, started: datetime) -> list[str]:
-        """One round (``_keep_alive``), begun at ``started``; should it still be under way
-        when the leases run out (``valid_until``), they are let go then, not when it ends.
-        The eids lost; raises what the round raised."""
+    async def _round(self, valid_until: datetime) -> datetime:
+        """One round of ``run``: the lease renewed, or (once lost) taken again; until when
+        it runs now."""
+        if self.lost:
+            return await self._take_again(valid_until)
+        started = self.clock.now()
+        if started >= valid_until:
+            self._say_late(started, valid_until)
+        try:
+            kept, lapsed = await self._keep_alive_within(valid_until, started)
+        except Exception:
+            log.exception("lease_renewal_failed", leases=len(self.held))
+            if self.clock.now() < valid_until:
+                self.held.renewed(None)
+                return valid_until
+            self._lapse("renewal_failed", valid_until)
+            return await self._take_again(valid_until)
+        if not kept:  # fenced: the old lease is over already, a new one can be taken now
+            self._lapse("fenced", valid_until)
+            self._asked_until = None
+        if kept and not lapsed:
+            valid_until = self.lease_until(started)
+            self.held.renewed(valid_until)
+            return valid_until
+        return await self._take_again(valid_until)
+
+    async def _take_again(self, valid_until: datetime) -> datetime:
+        """After the lease was lost: take a new one (a new epoch); until when it runs. A
+        lease that lapsed unfenced is first let run out by the database's clock (as long as
+        the latest renewal asked for: the database may hold it until then), so what it held
+        changes hands only once it ran out, as from a dead node. When the new lease cannot be
+        taken, the node stays without (``lost``) and the next round tries again."""
+        self.lost = True
+        if self._asked_until is not None:
+            left = (self._asked_until - self.clock.now()).total_seconds()
+            if left > 0 and await self.clock.wait(self._stopping, left):
+                return valid_until  # stopping: no new lease
+        now = self.clock.now()
+        try:
+            self.held.lease = await self.store.take_node_lease(
+                self.node_id, now, self.lease_until(now)
+            )
+        except Exception:
+            log.exception("node_lease_not_taken_again", node=self.node_id)
+            self.held.renewed(None)
+            return valid_until
+        self.lost = False
+        log.warning("node_lease_taken_again", node=self.node_id, epoch=self.held.lease.epoch)
+        valid_until = self._asked_until = self.lease_until(now)
+        self.held.renewed(valid_until)
+        return valid_until
+
+    async def _keep_alive_within(
+        self, valid_until: datetime, started: datetime
+    ) -> tuple[bool, bool]:
+        """One round (``renew``), begun at ``started``; should it still be under way
+        when the lease runs out (``valid_until``), everything is let go then, not when it
+        ends. Whether the lease was kept, and whether it lapsed meanwhile; raises what the
+        round raised."""
         done = asyncio.Event()
-        keeping = asyncio.create_task(self._keep_alive())
+        keeping = asyncio.create_task(self.renew())
         keeping.add_done_callback(lambda _: done.set())
         left = (valid_until - started).total_seconds()
+        lapsed = False
         try:
             if left > 0 and not await self.clock.wait(done, left):
                 self._lapse("renewal_late", valid_until)
+                lapsed = True
             await done.wait()
         finally:
             keeping.cancel()  # done by now, unless the node is stopping
-        return keeping.result()
+        return keeping.result(), lapsed
 
     def _say_late(self, started: datetime, valid_until: datetime) -> None:
-        """A round began only after the leases it renews had run out: this node's loop was
-        held (a pause, an overloaded machine), so another node may have taken some over. The
-        round renews what is still this node's and lets go of the rest (``lease_lost``)."""
+        """A round began only after the lease it renews had run out: this node's loop was
+        held (a pause, an overloaded machine), so another node may have fenced the lease and
+        taken its work over. The round finds out: renewed, nobody did, and the node keeps
+        everything; fenced, it lets go of everything (``leases_expired_unrenewed``)."""
         if self.held:
             late = (started - valid_until).total_seconds()
             log.warning(
@@ -297,20 +337,17 @@ class Leases:
             )
 
     def _lapse(self, why: str, expired_at: datetime) -> None:
-        """Every lease of this node ran out unrenewed: let go of everything, and say so."""
+        """This node's lease ran out unrenewed, or was fenced: let go of everything, and say
+        so."""
         if self.held:
             log.error(
                 "leases_expired_unrenewed", released=len(self.held), reason=why, at=iso(expired_at)
             )
             self.metrics.leases_lost.inc(len(self.held))
-        self._let_go(list(self.held))
+        for eid in list(self.held):
+            self.held.forget(eid)
 
     def stop(self) -> None:
         """End the renewal loop after the renewal under way, if any."""
         self._stopping.set()
-
-    async def register(self) -> None:
-        """Say this node is alive (at start)."""
-        now = self.clock.now()
-        await self.store.heartbeat(self.node_id, now, host=socket.gethostname(), pid=os.getpid())
-        self.live_nodes = await self.store.live_nodes(now - self.settings.lease_ttl)
+        self.held.lease_doubted.set()

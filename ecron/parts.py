@@ -67,7 +67,7 @@ class Parts:
         """Wire the parts of one node over ``store`` and ``caller``, bottom up."""
         metrics = metrics or Metrics()
         wakeup = Wakeup()
-        held = Held()
+        held = Held(node_id)
         leases = Leases(
             store=store,
             held=held,
@@ -84,6 +84,7 @@ class Parts:
             specs=specs,
             metrics=metrics,
             scheduler_wakeup=wakeup,
+            held=held,
             notifier=notifier,
         )
         recorder = Recorder(

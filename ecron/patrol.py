@@ -3,8 +3,9 @@
 Every ``patrol_interval`` one node (whichever holds the lock) runs each job in turn:
 automatic resume of interrupted executions, stale detection, chained runs whose start a
 node's death lost (``Chains.sweep``), overdue tasks (``Overdue.check``), stalled executions
-(``Stalled.check``), history retention, and the follow-ups of ends whose book-keeping a
-node's death cut off. The jobs are isolated: one that raises is logged and the others, and
+(``Stalled.check``), history retention, the follow-ups of ends whose book-keeping a
+node's death cut off, and forgetting nodes whose lease ended long ago and that hold
+nothing. The jobs are isolated: one that raises is logged and the others, and
 the scheduler, go on.
 """
 
@@ -38,6 +39,10 @@ STALE_MARGIN = timedelta(seconds=30)
 PURGE_BATCH, PURGE_BATCHES = 1000, 20
 #: At most this many executions are resumed, or taken over as stale, per patrol.
 PATROL_LIMIT = 100
+#: A node whose lease ended (fenced, or ran out) is forgotten once it holds nothing and
+#: has been silent this many lease TTLs: a takeover reads every node's lease, so a cluster
+#: restarted many times does not pile them up.
+NODE_KEPT_TTLS = 10
 
 
 class Patrol:
@@ -77,6 +82,7 @@ class Patrol:
             "stalled": self.stalled.check,
             "retention": self.retention,
             "follow_ups": self.follow_ups,
+            "nodes": self.nodes,
         }
         self._stopping = asyncio.Event()
         #: When the patrol last went round, and what each job did then.
@@ -195,6 +201,10 @@ class Patrol:
         restarted, started = await self.bookkeeping.stalled_after_tasks(now)
         self.engine.hold(started)
         return restarted
+
+    async def nodes(self, now: datetime) -> int:
+        """Forget the nodes whose lease ended long ago and that hold nothing."""
+        return await self.store.purge_nodes(now - self.settings.lease_ttl * NODE_KEPT_TTLS)
 
     async def retention(self, now: datetime) -> int:
         """Delete final executions and audit entries older than ``history_retention``, in

@@ -46,17 +46,18 @@ _MILLISECOND = timedelta(milliseconds=1)
 class Claim:
     """Who claims, when, and for how long: what a plan needs besides the task.
 
-    A fire time claimed ahead is held until its start plus ``grace``; an execution started
-    at once (a manual run, a resume) for ``lease_ttl``.
+    Everything claimed is held under the node's lease (``node``, ``epoch``); a fire time
+    claimed ahead only until its start plus ``grace`` as well.
     """
 
     node: str
     now: datetime
     horizon: datetime
     grace: timedelta = timedelta(seconds=1)
-    lease_ttl: timedelta = timedelta(seconds=15)
     #: Makes an eid that names the moment ``now`` (``ids.new_eid``).
     new_id: Callable[[datetime], str] = field(default=new_eid)
+    #: The epoch of the node's lease the claim is held under (``core.Lease``).
+    epoch: int = 0
 
 
 class FirstFireTimes:
@@ -193,6 +194,7 @@ def claimed(
         scheduled_at=when,
         created_at=claim.now,
         owner=claim.node,
+        owner_epoch=claim.epoch,
         lease_until=start + claim.grace,
         fence=1,
         steps=new_steps(spec, eid),
@@ -398,6 +400,7 @@ def plan_resume(old: Execution, spec: TaskSpec, claim: Claim) -> Execution:
         resume_attempt=old.resume_attempt + 1,
         progress=sum(s.progress for s in steps) / len(steps) if steps else 0.0,
         owner=claim.node,
+        owner_epoch=claim.epoch,
         fence=1,
         steps=steps,
     )

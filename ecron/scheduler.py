@@ -98,6 +98,7 @@ class Scheduler:
                     log.exception("claim_failed")
                 if self.leases.takeover_due(now):
                     await self._guarded(self.take_over(now), "takeover_failed")
+                    more = more or self.leases.takeover_due(now)  # a full batch: more to take
             if more:
                 await asyncio.sleep(0)  # a full share was claimed: there may be more, now
             else:
@@ -179,12 +180,15 @@ class Scheduler:
 
     async def take_over(self, now: datetime) -> None:
         """Adopt executions nobody holds: a dead node's claims (at once) and active
-        executions (once their lease expired), or this node's before a restart."""
-        for execution in await self.leases.take_over(now, self.engine.calls.knows):
+        executions (once its lease ran out), or this node's before a restart or a lost
+        lease."""
+        for adopted in await self.leases.take_over(now, self.engine.calls.knows):
+            execution = adopted.execution
             log.info(
                 "execution_adopted",
                 task=execution.task,
                 execution_id=execution.eid,
                 status=execution.status.value,
+                previous_owner=adopted.previous_owner,
             )
             self.engine.adopt(execution)

@@ -129,6 +129,7 @@ class Starts:
             active_of=watched,
             planned_of=in_turn,
             pools=self._pools(names),
+            lease=self.leases.held.lease,
         )
         return self._results(ordered, decided, started)
 
@@ -182,8 +183,8 @@ class Starts:
 
     def _after(self, execution: Execution, decision: StartDecision, new: bool) -> Execution | None:
         """What ``execution`` becomes under ``decision`` (None: nothing is written). A run
-        that starts is held for a full lease from now (the start is written now); a new run
-        deferred is inserted claimed, held as long."""
+        that starts, waits or is deferred leans on the node's lease from now on (its own
+        claim, if it had one, ends); a new run is stamped with that lease."""
         now = self.clock.now()
         match decision:
             case Begin(event) | Skip(event):
@@ -198,8 +199,11 @@ class Starts:
             case _:
                 return None
         if after.status is not Status.SKIPPED:
-            after = after.evolve(lease_until=self.leases.full_until(self.clock.now()))
-        return after if new else after.evolve(version=execution.version + 1)
+            after = after.evolve(lease_until=None)
+        if new:
+            lease = self.leases.held.lease
+            return after.evolve(owner=lease.node, owner_epoch=lease.epoch)
+        return after.evolve(version=execution.version + 1)
 
 
 class Pools:

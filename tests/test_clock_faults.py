@@ -242,8 +242,8 @@ async def test_a_forward_jump_expires_leases_and_the_other_node_adopts_by_pollin
     database_url: str, user_service: UserService
 ) -> None:
     """Two nodes; n1 runs an execution under a 15 s lease. Both clocks jump a day forward:
-    every lease looks expired, n2 takes the execution over and polls it (no second
-    trigger), and n1 learns at its next renewal that the lease is gone."""
+    n1's lease looks run out, n2 fences it, takes the execution over and polls it (no second
+    trigger), and n1 learns at its next renewal that its lease is gone."""
     user_service.duration = 3600
     spec = task("a", f"{user_service.url}/jobs/x", task_timeout="2d")
     async with (
@@ -256,21 +256,21 @@ async def test_a_forward_jump_expires_leases_and_the_other_node_adopts_by_pollin
         await n2.scheduler.take_over(jumped)
         polls = len(user_service.calls_for(eid, "GET"))
         await wait_for(lambda: len(user_service.calls_for(eid, "GET")) > polls)
-        lost = await n1.parts.leases.renew()  # at the jumped clock
+        kept = await n1.parts.leases.renew()  # at the jumped clock
         adopted = await n2.store.get_execution(eid)
     assert adopted is not None and adopted.owner == "n2" and adopted.fence == 2
     assert adopted.status is Status.RUNNING
-    assert lost == [eid]
+    assert kept is False  # n2 fenced n1's lease before it took the execution over
     assert user_service.methods_for(eid).count("POST") == 1
 
 
 async def test_a_backward_step_delays_the_expiry_of_a_lease_until_its_holder_renews_it(
     database_url: str, user_service: UserService
 ) -> None:
-    """n1 runs an execution under a 15 s lease written at 12:00; the clock steps back an
-    hour. A lease written before the step holds an hour longer: n2 finds nothing to take 16 s
-    later. Once n1 has renewed it on the new clock and stops (as if dead), n2 adopts it
-    after one lease TTL, by polling."""
+    """n1 runs an execution under its 15 s node lease written at 12:00; the clock steps back
+    an hour. A lease written before the step holds an hour longer: n2 finds nothing to take
+    16 s later. Once n1 has renewed it on the new clock and stops (as if dead), n2 adopts
+    the execution after one lease TTL, by polling."""
     user_service.duration = 3600
     spec = task("a", f"{user_service.url}/jobs/x", task_timeout="2d")
     async with (
@@ -282,7 +282,7 @@ async def test_a_backward_step_delays_the_expiry_of_a_lease_until_its_holder_ren
         later = n2.clock.set(back + timedelta(seconds=16))
         await n2.scheduler.take_over(later)
         taken_before_renewal = eid in n2.engine.held
-        assert await n1.parts.leases.renew() == []  # at the stepped-back clock
+        assert await n1.parts.leases.renew() is True  # at the stepped-back clock
         n1.engine.held.forget(eid)  # n1 stops driving it: only its lease remains
         await n2.scheduler.take_over(later)
         polls = len(user_service.calls_for(eid, "GET"))

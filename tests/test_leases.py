@@ -15,9 +15,10 @@ from ecron.config.model import TaskSpec
 from ecron.core import Execution, Status
 from ecron.daemon import Daemon
 from ecron.ids import new_eid
+from ecron.leases import CLAIM_GRACE
 from ecron.store.migrate import upgrade
 from ecron.store.sql import SqlStore
-from ecron.store.tables import execution_table
+from ecron.store.tables import execution_table, node_table
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, run_once
 from tests.support.rig import FakeClock, rig
@@ -25,12 +26,21 @@ from tests.support.service import UserService, wait_for
 
 
 async def take_over(
-    store: SqlStore, eid: str, node: str, until: datetime | None = None
+    store: SqlStore, eid: str, node: str, until: datetime | None = None, *, fence: bool = False
 ) -> Execution:
-    """Another node takes ``eid``'s lease (until ``until``, when given), as claim_runnable
-    does once a lease expired (here at once: the holder is as good as paused)."""
+    """Another node takes ``eid`` (with a claim of its own until ``until``, when given): as
+    the patrol's force-claim does, or (``fence``) as claim_runnable does once the holder's
+    node lease ran out, fencing that lease first (here at once: the holder is as good as
+    paused)."""
     lease = {} if until is None else {"lease_until": until}
     async with store.engines.write() as conn:
+        if fence:
+            holder = sa.select(execution_table.c.owner).where(execution_table.c.eid == eid)
+            await conn.execute(
+                sa.update(node_table)
+                .where(node_table.c.node_id == holder.scalar_subquery())
+                .values(epoch=node_table.c.epoch + 1, lease_until=None)
+            )
         await conn.execute(
             sa.update(execution_table)
             .where(execution_table.c.eid == eid)
@@ -120,10 +130,11 @@ async def test_a_node_woken_from_a_pause_past_its_leases_sends_nothing_for_what_
     make_daemon: DaemonFactory, user_service: UserService, database_url: str
 ) -> None:
     """The node is paused past its lease_ttl (its clock jumps 5 s with every timer due at
-    once, as after SIGCONT) while another node takes one of its two executions over. On
-    waking its renewal round comes before any call, and says it began late
-    (``lease_renewal_late``): it lets that execution go without a poll about it, and polls
-    on the other, whose lease it still holds."""
+    once, as after SIGCONT) while another node fences its lease and takes one of its two
+    executions over. On waking its renewal round comes before any call, and says it began
+    late (``lease_renewal_late``): the renewal finds the lease fenced, so the node lets go of
+    everything without a poll about it, takes a new lease, takes back by polling the
+    execution nobody took, and never polls the other again."""
     clock = FakeClock(datetime(2026, 3, 1, 12, 0, tzinfo=UTC))
     user_service.on_clock(clock)
     user_service.durations.update(lost=3600, kept=3600)
@@ -134,8 +145,12 @@ async def test_a_node_woken_from_a_pause_past_its_leases_sends_nothing_for_what_
         async with make_daemon([lost_spec, kept_spec], clock=clock, lease_ttl="2s") as daemon:
             lost, kept = await run_once(daemon, "lost"), await run_once(daemon, "kept")
             await wait_for(lambda: daemon.engine.settled(clock.now()), timeout=5)  # triggered
+            for eid in (lost, kept):  # their RUNNING written: no write of theirs is pending
+                await wait_for(lambda eid=eid: stored_running(intruder, eid), timeout=5)
             assert user_service.methods_for(lost) == ["POST"]
-            await take_over(intruder, lost, "intruder", until=clock.now() + timedelta(hours=1))
+            await take_over(
+                intruder, lost, "intruder", clock.now() + timedelta(hours=1), fence=True
+            )
             kept_calls = len(user_service.calls_for(kept))
             with capture_logs() as logs:
                 clock.advance(timedelta(seconds=5))  # the pause ends: every timer is due at once
@@ -147,7 +162,7 @@ async def test_a_node_woken_from_a_pause_past_its_leases_sends_nothing_for_what_
     late = [e for e in logs if e["event"] == "lease_renewal_late"]
     assert [(e["held"], e["late_seconds"] > 0) for e in late] == [(2, True)], logs
     assert user_service.methods_for(lost) == ["POST"]  # no poll left after the wake
-    assert user_service.methods_for(kept)[kept_calls:] == ["GET"]
+    assert set(user_service.methods_for(kept)[kept_calls:]) == {"GET"}  # taken back: polled
     assert after is not None and after.owner == "intruder"
 
 
@@ -155,7 +170,9 @@ async def test_a_node_that_lost_its_lease_learns_it_at_the_next_renewal_without_
     make_daemon: DaemonFactory, user_service: UserService, database_url: str
 ) -> None:
     """Polls that change nothing write nothing, so the fence is not tested by them; the lease
-    renewal (every lease_ttl / 2) finds the lease gone and the node stops polling."""
+    renewal (every lease_ttl / 2) finds the node's lease fenced by the node that took the
+    execution over, and the node stops polling it (it takes back, under a new lease, only
+    what nobody took: the witness)."""
     user_service.duration = 3600
     spec = task("job", f"{user_service.url}/jobs/x", poll_interval="50ms")
     intruder = SqlStore.open(database_url)
@@ -164,7 +181,7 @@ async def test_a_node_that_lost_its_lease_learns_it_at_the_next_renewal_without_
             watcher = await run_once(daemon, "witness")
             eid = await run_once(daemon, "job")
             await wait_for(lambda: len(user_service.calls_for(eid, "GET")) >= 2, timeout=5)
-            await take_over(intruder, eid, "intruder")
+            await take_over(intruder, eid, "intruder", fence=True)
             await wait_for(lambda: eid not in daemon.engine.held, timeout=3)
             polls = len(user_service.calls_for(eid, "GET"))
             await polled_again(user_service, watcher)  # polls of "job" would have gone on
@@ -173,16 +190,18 @@ async def test_a_node_that_lost_its_lease_learns_it_at_the_next_renewal_without_
     assert len(user_service.calls_for(eid, "GET")) <= polls + 1
 
 
-async def test_a_renewal_tells_a_lease_another_node_took_from_an_execution_ended_elsewhere(
+async def test_a_poll_tells_an_execution_another_node_took_from_one_ended_elsewhere(
     make_daemon: DaemonFactory, user_service: UserService, database_url: str
 ) -> None:
-    """Two running executions the node polls once an hour, lease_ttl 3 s: another node takes
-    one over, and another node's callback ends the other (it holds no lease, so the row
-    keeps this node as its owner). The next renewal lets both go; only the first is a lost
+    """Two running executions the node polls every 200 ms: another node takes one over (as
+    the patrol's force-claim does, leaving this node's lease alone), and another node's
+    callback ends the other (it holds no lease, so the row keeps this node as its owner).
+    The next poll of each finds its write refused and lets it go; only the first is a lost
     lease (``lease_lost``, counted in ``ecron_leases_lost``), the second is said to have
-    ended elsewhere, with its status."""
+    ended elsewhere, with its status. (A node's lease renewal reads no execution row: that
+    is what keeps it one write at 50,000 executions.)"""
     user_service.duration = 3600
-    spec = task("job", f"{user_service.url}/jobs/x", poll_interval="1h", concurrency="allow")
+    spec = task("job", f"{user_service.url}/jobs/x", poll_interval="200ms", concurrency="allow")
     intruder = SqlStore.open(database_url)
     try:
         with capture_logs() as logged:
@@ -294,30 +313,40 @@ async def test_a_taken_over_running_execution_is_adopted_by_polling(
     assert user_service.methods_for(eid).count("POST") == 1
 
 
-async def test_a_takeover_that_commits_late_counts_its_lease_from_the_write_not_from_the_round(
+async def test_a_takeover_that_commits_late_counts_its_claim_from_the_write_not_from_the_round(
     tmp_path: Path, user_service: UserService
 ) -> None:
-    """The scheduler's round begins at T0, and its takeover of a dead node's RUNNING
-    execution reaches the database 10 s later (the database was away and the transaction
-    was retried meanwhile). The lease it writes runs lease_ttl from the write (T0 + 10 s +
-    lease_ttl), not from the round's start: a lease counted from T0 would be 10 s short,
-    and the execution would be taken over again (by this node or another) while it is
-    driven."""
+    """The scheduler's round begins at T0, and its takeover of a dead node's fire time
+    claimed ahead reaches the database 10 s later (the database was away and the transaction
+    was retried meanwhile). The claim it writes runs from the write (T0 + 10 s + the
+    grace), not from the round's start: a claim counted from T0 would have run out already,
+    and the fire time would be taken over again (by this node or another) while it starts.
+    An active execution taken over leans on the node's lease instead (no claim of its
+    own)."""
     database_url = f"sqlite+aiosqlite:///{tmp_path / 'ecron.db'}"
     t0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
     spec = task("job", f"{user_service.url}/jobs/x", task_timeout="1h")
     async with rig(database_url, [spec], t0) as r:
         orphaned = triggered_by_a_dead_node(new_eid())
-        await r.store.create_execution(
-            orphaned.evolve(status=Status.RUNNING, lease_until=t0 - timedelta(minutes=1))
+        claimed = orphaned.evolve(
+            eid=new_eid(),
+            status=Status.SCHEDULED,
+            scheduled_at=t0 - timedelta(minutes=1),
+            triggered_at=None,
+            deadline=None,
+            lease_until=t0 - timedelta(minutes=1),
         )
+        gone = orphaned.evolve(status=Status.RUNNING, lease_until=t0 - timedelta(minutes=1))
+        for row in (gone, claimed):
+            await r.store.create_execution(row)
         written_at = r.clock.set(t0 + timedelta(seconds=10))
         taken = await r.parts.leases.take_over(t0, lambda _task: True)
-        stored = await r.store.get_execution(orphaned.eid)
-    ttl = r.parts.leases.settings.lease_ttl
-    assert [e.eid for e in taken] == [orphaned.eid]
-    assert taken[0].lease_until == written_at + ttl
-    assert stored is not None and stored.lease_until == written_at + ttl
+        stored = await r.store.get_execution(claimed.eid)
+    by_eid = {a.execution.eid: a.execution for a in taken}
+    assert sorted(by_eid) == sorted([orphaned.eid, claimed.eid])
+    assert by_eid[claimed.eid].lease_until == written_at + CLAIM_GRACE
+    assert stored is not None and stored.lease_until == written_at + CLAIM_GRACE
+    assert by_eid[orphaned.eid].lease_until is None
 
 
 async def test_a_stop_on_a_lease_this_node_let_lapse_and_took_again_holds_up_nothing(

@@ -221,20 +221,27 @@ def test_a_task_naming_an_unknown_pool_is_an_error_naming_the_file_task_and_fiel
 async def test_a_run_waiting_for_its_pool_keeps_its_lease_while_it_waits(
     database_url: str, user_service: UserService
 ) -> None:
-    """A run that waits for its pool longer than a lease is renewed with the active ones:
-    no other node takes it over only to find it waiting too."""
+    """A run that waits for its pool longer than a lease leans on its node's lease (no claim
+    of its own that could run out), which the node's renewal keeps: no other node takes it
+    over only to find it waiting too."""
     user_service.duration = 3600
     t0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
     pool = PoolSpec(name="one", max_running=1)
     spec = pooled(user_service, "job", pool, task_timeout="1h")
-    async with rig(database_url, [spec], t0) as r:
+    async with (
+        rig(database_url, [spec], t0) as r,
+        rig(database_url, [spec], t0, node_id="n2") as other,
+    ):
         await r.commands.run_now("job")
         waiting, _ = await r.commands.run_now("job")
         stored = await r.store.get_execution(waiting.eid)
         later = r.clock.set(t0 + timedelta(minutes=5))
-        lost = await r.parts.leases.renew()
-        renewed = await r.store.get_execution(waiting.eid)
+        kept = await r.parts.leases.renew()
+        taken = await other.parts.leases.take_over(later, lambda _task: True)
+        after = await r.store.get_execution(waiting.eid)
     assert stored is not None and stored.status is Status.SCHEDULED
     assert stored.waiting_for == "pool"
-    assert lost == []
-    assert renewed is not None and renewed.lease_until == later + r.parts.leases.settings.lease_ttl
+    assert stored.lease_until is None and stored.owner_epoch == r.engine.held.lease.epoch
+    assert kept is True
+    assert taken == []
+    assert after is not None and after.owner == stored.owner and after.fence == stored.fence

@@ -11,7 +11,18 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from ecron.core import FINAL, HELD, Execution, FirePlan, Gate, Holder, Status, Step, TriggerKind
+from ecron.core import (
+    FINAL,
+    HELD,
+    Execution,
+    FirePlan,
+    Gate,
+    Holder,
+    Lease,
+    Status,
+    Step,
+    TriggerKind,
+)
 from ecron.ids import new_eid
 from ecron.planning import Claim, FirstFireTimes, plan_fires
 from ecron.store.migrate import HEAD, current_revision, head_revision, upgrade
@@ -266,7 +277,7 @@ async def test_a_write_made_after_a_takeover_is_not_mistaken_for_one_on_the_old_
         store, linger=timedelta(seconds=30), on_lost=lambda before, _after: lost.append(before)
     )
     writer.save_soon(created, later(created, progress=10.0))  # waits out its linger
-    [taken] = await store.force_claim("n2", [created.eid], T0 + timedelta(minutes=1))
+    [taken] = await store.force_claim(Lease("n2", 1), [created.eid])
     assert (taken.version, taken.fence) == (created.version + 1, created.fence + 1)
     stored = await writer.save(taken, later(taken, progress=20.0))
     assert stored is not None and stored.progress == 20.0
@@ -276,21 +287,24 @@ async def test_a_write_made_after_a_takeover_is_not_mistaken_for_one_on_the_old_
     assert [e.version for e in lost] == [created.version]
 
 
-async def test_a_state_write_keeps_the_lease_unless_it_moves_it(store: SqlStore) -> None:
-    """Renewals do not raise the version: a write that leaves the lease as it found it does
-    not undo a renewal; a start (SCHEDULED to a full lease) writes its own."""
-    created = await store.create_execution(execution(lease_until=T0 + timedelta(seconds=15)))
+async def test_a_write_lands_only_while_the_lease_it_was_made_under_is_the_nodes(
+    store: SqlStore,
+) -> None:
+    """A fenced write names the node's lease it was made under: it lands while the node's
+    lease has that epoch, and is refused (the row untouched) once the lease was fenced or
+    taken again, whatever the row's own fence says."""
+    lease = await store.take_node_lease("n1", T0, T0 + timedelta(seconds=15))
+    created = await store.create_execution(execution(owner_epoch=lease.epoch, lease_until=None))
     assert created is not None
-    renewed_until = T0 + timedelta(minutes=5)
-    assert await store.renew_leases("n1", [created.eid], renewed_until) == {created.eid}
-    [stored] = await store.save([(created, later(created, progress=10.0))])
-    assert stored is not None
+    [stored] = await store.save([(created, later(created, progress=10.0))], lease=lease)
+    assert stored is not None and stored.progress == 10.0
+    again = await store.take_node_lease("n1", T0, T0 + timedelta(seconds=15))
+    assert again.epoch == lease.epoch + 1
+    assert await store.save([(stored, later(stored, progress=20.0))], lease=lease) == [None]
     reread = await store.get_execution(created.eid)
-    assert reread is not None and reread.lease_until == renewed_until
-    moved = T0 + timedelta(hours=1)
-    [stored] = await store.save([(stored, later(stored, lease_until=moved))])
-    reread = await store.get_execution(created.eid)
-    assert reread is not None and reread.lease_until == moved
+    assert reread is not None and reread.progress == 10.0
+    [newer] = await store.save([(stored, later(stored, progress=30.0))], lease=again)
+    assert newer is not None and newer.progress == 30.0
 
 
 async def test_results_and_nulls_survive_a_bulk_write(store: SqlStore) -> None:
@@ -378,65 +392,121 @@ async def test_history_is_newest_first_filtered_and_paginated_with_a_cursor(
     assert await store.claimed_fire_times(["a", "b"]) == {"a": T0 + timedelta(minutes=1)}
 
 
-async def test_an_expired_lease_is_taken_over_with_a_higher_fence_and_a_live_one_is_not(
+async def test_what_a_lease_that_ran_out_held_is_taken_over_after_fencing_it_and_nothing_live_is(
     store: SqlStore,
 ) -> None:
-    """claim_runnable adopts only executions nobody holds, claimed ahead or active."""
-    expired = await store.create_execution(execution("a", T0, lease_until=T0))
-    live = await store.create_execution(execution("b", T0, lease_until=T0 + timedelta(hours=1)))
-    orphan = await store.create_execution(execution("c", T0, owner=None, lease_until=None))
-    done = await store.create_execution(execution("d", T0, status=Status.SUCCESS, lease_until=T0))
-    claim = await store.create_execution(
-        execution("e", T0, status=Status.SCHEDULED, lease_until=T0 + timedelta(seconds=1))
-    )
-    assert expired and live and orphan and done and claim
+    """claim_runnable adopts only what nobody holds: the rows of a node whose lease ran out
+    (that lease fenced first, so its renewal fails and its writes are refused), rows let
+    go, a claim ahead whose own short lease ran out, and a node's rows of an epoch older
+    than its lease's; never a live lease's rows, nor an ended one."""
+    live = await store.take_node_lease("live", T0, T0 + timedelta(hours=1))
+    dead = await store.take_node_lease("dead", T0, T0 + timedelta(seconds=1))
+    lost = await store.take_node_lease("lost", T0, T0 + timedelta(hours=1))
+    relost = await store.take_node_lease("lost", T0, T0 + timedelta(hours=1))  # taken again
+
+    def held(name: str, lease: Lease, **changes: object) -> Execution:
+        values: dict[str, object] = {"owner": lease.node, "owner_epoch": lease.epoch}
+        values["lease_until"] = None
+        values.update(changes)
+        return execution(name, T0, **values)
+
+    rows = {
+        "live": held("a", live),
+        "dead": held("b", dead),
+        "dead_ended": held("c", dead, status=Status.SUCCESS),
+        "orphan": execution("d", T0, owner=None, lease_until=None),
+        "claim": held("e", live, status=Status.SCHEDULED, lease_until=T0 + timedelta(seconds=1)),
+        "old_epoch": held("f", lost),
+        "new_epoch": held("g", relost),
+        "waiting": held("h", live, status=Status.SCHEDULED, waiting_for="pool"),
+    }
+    created = {key: await store.create_execution(row) for key, row in rows.items()}
+    assert all(created.values())
     now = T0 + timedelta(seconds=2)
 
-    def lease(e: Execution) -> datetime:
-        return now + (
-            timedelta(seconds=1) if e.status is Status.SCHEDULED else timedelta(seconds=15)
-        )
+    def claim(e: Execution) -> datetime | None:
+        return now + timedelta(seconds=1) if e.status is Status.SCHEDULED else None
 
-    taken = await store.claim_runnable("n2", now, lease, 10)
-    assert sorted(e.eid for e in taken) == sorted([expired.eid, orphan.eid, claim.eid])
-    assert all(e.owner == "n2" and e.fence == 2 for e in taken)
-    assert {e.eid: e.lease_until for e in taken}[claim.eid] == now + timedelta(seconds=1)
-    reread = await store.get_execution(claim.eid)
-    assert reread is not None and reread.owner == "n2" and reread.fence == 2
-    assert reread.lease_until == now + timedelta(seconds=1)
-    assert await store.claim_runnable("n3", now, lease, 10) == []
-    [stale] = await store.save([(expired, later(expired, progress=5.0))])
-    assert stale is None  # the old holder's write is refused
+    taker = await store.take_node_lease("taker", now, now + timedelta(seconds=15))
+    taken = await store.claim_runnable(taker, now, claim, 10)
+    eids = {key: row.eid for key, row in rows.items()}
+    assert sorted(a.execution.eid for a in taken) == sorted(
+        eids[k] for k in ("dead", "orphan", "claim", "old_epoch")
+    )
+    assert {a.execution.eid: a.previous_owner for a in taken} == {
+        eids["dead"]: "dead",
+        eids["orphan"]: None,
+        eids["claim"]: "live",
+        eids["old_epoch"]: "lost",
+    }
+    assert [a.execution.eid for a in taken] == sorted(a.execution.eid for a in taken)
+    assert all(
+        (a.execution.owner, a.execution.owner_epoch, a.execution.fence) == ("taker", 1, 2)
+        for a in taken
+    )
+    by_eid = {a.execution.eid: a.execution for a in taken}
+    assert by_eid[eids["claim"]].lease_until == now + timedelta(seconds=1)
+    assert by_eid[eids["dead"]].lease_until is None
+    reread = await store.get_execution(eids["claim"])
+    assert reread is not None and (reread.owner, reread.owner_epoch, reread.fence) == (
+        "taker",
+        1,
+        2,
+    )
+    assert await store.claim_runnable(taker, now, claim, 10) == []
+    # the dead node was fenced: its renewal fails, its writes are refused
+    assert await store.renew_node_lease(dead, now, now + timedelta(seconds=15), _ticks) is None
+    old = created["live"]
+    assert old is not None
+    [kept] = await store.save([(old, later(old, progress=5.0))], lease=live)
+    assert kept is not None  # the live node writes on
+
+
+def _ticks() -> float:
+    return 0.0
 
 
 async def test_a_node_skips_its_own_executions_when_taking_over(store: SqlStore) -> None:
     """What a node still holds in memory (an overdue claim of its own) is not taken again."""
-    own = await store.create_execution(execution("a", T0, status=Status.SCHEDULED, lease_until=T0))
+    lease = await store.take_node_lease("n1", T0, T0 + timedelta(hours=1))
+    own = await store.create_execution(
+        execution("a", T0, status=Status.SCHEDULED, lease_until=T0, owner_epoch=lease.epoch)
+    )
     assert own is not None
     now = T0 + timedelta(seconds=5)
-    taken = await store.claim_runnable("n1", now, lambda _e: now, 10, skip={own.eid})
+    taken = await store.claim_runnable(lease, now, lambda _e: now, 10, skip={own.eid})
     assert taken == []
+    taken = await store.claim_runnable(lease, now, lambda _e: now, 10)  # only others' claims
+    assert taken == []
+    [mine] = await store.claim_runnable(lease, now, lambda _e: now, 10, skip=set())
+    assert mine.execution.eid == own.eid and mine.previous_owner == "n1"
 
 
-async def test_leases_are_renewed_only_for_their_holder_and_released_for_adoption(
+async def test_a_node_lease_is_renewed_in_one_write_and_released_rows_are_free_at_once(
     store: SqlStore,
 ) -> None:
-    """renew_leases returns what the node still holds (active ones, and claimed ones that
-    wait to start: a claim that does not wait keeps its short lease); release_leases frees
-    them at once."""
-    mine = await store.create_execution(execution("a", T0, owner="n1"))
-    theirs = await store.create_execution(execution("b", T0, owner="n2"))
-    ahead = await store.create_execution(execution("c", T0, owner="n1", status=Status.SCHEDULED))
-    waits = await store.create_execution(
-        execution("d", T0, owner="n1", status=Status.SCHEDULED).evolve(waiting_for="pool")
+    """Renewing a node's lease moves its lease alone (the rows it holds are not written);
+    a fenced lease is not renewed; release_leases frees rows at once, and a clean stop
+    (let_go_node_lease) frees everything the lease held."""
+    lease = await store.take_node_lease("n1", T0, T0 + timedelta(seconds=15))
+    other = await store.take_node_lease("n2", T0, T0 + timedelta(hours=1))
+    mine = await store.create_execution(execution("a", owner_epoch=lease.epoch, lease_until=None))
+    kept = await store.create_execution(execution("b", owner_epoch=lease.epoch, lease_until=None))
+    assert mine and kept
+    later_on = T0 + timedelta(seconds=10)
+    renewal = await store.renew_node_lease(
+        lease, later_on, later_on + timedelta(seconds=15), _ticks
     )
-    assert mine and theirs and ahead and waits
-    soon = T0 + timedelta(minutes=1)
-    asked = [mine.eid, theirs.eid, ahead.eid, waits.eid]
-    assert await store.renew_leases("n1", asked, soon) == {mine.eid, waits.eid}
+    assert renewal is not None and renewal.live_nodes == 2
+    assert (await store.get_execution(mine.eid)) == mine  # the row is not written
     await store.release_leases("n1", [mine.eid])
-    taken = await store.claim_runnable("n3", T0, lambda _e: soon, 10)
-    assert [e.eid for e in taken] == [mine.eid]
+    now = T0 + timedelta(seconds=20)
+    taken = await store.claim_runnable(other, now, lambda _e: None, 10)
+    assert [a.execution.eid for a in taken] == [mine.eid]
+    await store.let_go_node_lease(lease)
+    assert await store.renew_node_lease(lease, now, now + timedelta(seconds=15), _ticks) is None
+    taken = await store.claim_runnable(other, now, lambda _e: None, 10)
+    assert [a.execution.eid for a in taken] == [kept.eid]
 
 
 async def test_starting_reads_each_tasks_gate_and_writes_every_decision(store: SqlStore) -> None:
@@ -560,13 +630,25 @@ async def test_the_shared_secret_is_generated_once_and_then_always_the_same(
     assert await store.shared_secret("second") == "first"
 
 
-async def test_nodes_register_and_heartbeat_and_the_database_answers_a_ping(
+async def test_a_node_takes_a_new_epoch_each_time_and_is_forgotten_once_it_holds_nothing(
     store: SqlStore,
 ) -> None:
-    """heartbeat() inserts then updates; remove_node forgets; ping() works."""
-    await store.heartbeat("n1", T0, host="h", pid=1)
-    await store.heartbeat("n1", T0 + timedelta(seconds=5))
-    await store.remove_node("n1")
+    """take_node_lease registers a node (epoch 1), then raises its epoch each time; the live
+    leases are counted; a node whose lease ended is forgotten by purge_nodes only once it
+    holds nothing; ping() works."""
+    first = await store.take_node_lease("n1", T0, T0 + timedelta(seconds=15), host="h", pid=1)
+    second = await store.take_node_lease("n1", T0, T0 + timedelta(seconds=15))
+    assert (first.epoch, second.epoch) == (1, 2)
+    gone = await store.take_node_lease("n2", T0, T0 + timedelta(seconds=15))
+    assert await store.live_nodes(T0 + timedelta(seconds=1)) == 2
+    holding = await store.create_execution(execution("a", owner="n2", owner_epoch=gone.epoch))
+    assert holding is not None
+    await store.let_go_node_lease(gone)
+    assert await store.live_nodes(T0 + timedelta(seconds=1)) == 1
+    after = T0 + timedelta(hours=1)
+    assert await store.purge_nodes(after) == 1  # n1 ran out and holds nothing; n2 holds one
+    await store.save([(holding, later(holding, status=Status.SUCCESS))])
+    assert await store.purge_nodes(after) == 1
     await store.ping()
 
 

@@ -4,6 +4,7 @@ start (ecron.store.retry); any other error, and the last attempt's, reaches the 
 from __future__ import annotations
 
 import asyncio
+import re
 import sqlite3
 from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
@@ -75,7 +76,7 @@ async def test_a_postgresql_connection_dropped_mid_transaction_runs_the_whole_cl
     advances: list[str] = []
 
     def kill_before_insert(conn: Any, statement: str) -> None:
-        if statement.startswith("UPDATE task"):
+        if updates(statement, "task"):
             advances.append(statement)
         if not killed and statement.startswith("INSERT INTO execution"):
             adapted = conn.connection.dbapi_connection  # SQLAlchemy's asyncpg adapter
@@ -106,7 +107,7 @@ async def test_a_dropped_connection_of_a_state_write_is_retried_and_written_once
     killed: list[int] = []
 
     def kill_first_update(conn: Any, statement: str) -> None:
-        if not killed and statement.startswith("UPDATE execution"):
+        if not killed and updates(statement, "execution"):
             adapted = conn.connection.dbapi_connection
             killed.append(adapted.run_async(lambda c: _terminate(c, postgres_server.admin_dsn)))
 
@@ -348,3 +349,9 @@ async def test_two_nodes_syncing_the_same_new_tasks_at_once_both_succeed(
         await other.close()
     assert sorted(first.added + second.added) == sorted(specs)
     assert len(await store.list_tasks()) == 50
+
+
+def updates(statement: str, table: str) -> bool:
+    """True when ``statement`` updates ``table`` (a bulk update begins with the rows it
+    locks, in order: ``WITH ... FOR UPDATE) UPDATE table SET``)."""
+    return re.search(rf"(^|\) )UPDATE {table} SET", statement) is not None

@@ -20,7 +20,7 @@ from ecron.core.machine import (
     deadline_passed,
 )
 from ecron.core.model import Execution, InvalidReport, Report, Step, parse_report
-from ecron.core.plans import FirePlan, Gate, Holder
+from ecron.core.plans import FirePlan, Gate, Holder, Lease
 from ecron.core.stall import is_stalled, progress_since
 from ecron.core.status import (
     ACTIVE,
@@ -49,6 +49,7 @@ __all__ = [
     "Holder",
     "InFlight",
     "InvalidReport",
+    "Lease",
     "Ownership",
     "ProbeFailed",
     "Reason",

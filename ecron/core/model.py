@@ -198,7 +198,15 @@ class Execution:
     probe_failures: int = 0
     cancel_sent_at: datetime | None = None
     cancel_acknowledged: bool | None = None
+    #: The node that holds it (its claim, its lease), or last held it.
     owner: str | None = None
+    #: The epoch of ``owner``'s node lease it is held under: held while that node's lease
+    #: is alive under this epoch (DESIGN.md, "Scale": one write renews everything a node
+    #: holds). None while nobody holds it.
+    owner_epoch: int | None = None
+    #: A claim of its own, shorter than the node's lease: a fire time claimed ahead and not
+    #: waiting is held only until its start plus a grace (a dead node costs its own claims
+    #: under a second). None once it started or waits: then the node's lease holds it.
     lease_until: datetime | None = None
     fence: int = 0
     version: int = 0

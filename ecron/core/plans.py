@@ -13,6 +13,19 @@ from ecron.core.status import Status, TriggerKind
 
 
 @dataclass(frozen=True, slots=True)
+class Lease:
+    """A node's lease on the database (DESIGN.md, "Scale"): the node, and the epoch of its
+    lease. Everything the node holds is held under one epoch; renewing the lease is one write
+    whatever the number of executions, and every fenced write names the lease it was made
+    under, landing only while the node's lease still has that epoch. A node whose lease ran
+    out is fenced (its epoch raised by whoever takes its work over, or by itself when it takes
+    its lease again), so nothing it wrote under the old epoch can land any more."""
+
+    node: str
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
 class Holder:
     """An active execution as a start decision sees it, or one waiting to start, or a
     retry or resume planned for later (``planned``: SCHEDULED, not waiting; only a

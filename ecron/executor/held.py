@@ -1,7 +1,8 @@
-"""What this node holds: the newest state of every execution it has a lease on (claimed
-ahead, waiting to start, or active), with an index of the active ones per task and of
-those that wait; and until when its leases are known to run (``confirmed``: what a node
-woken from a pause waits for before it sends anything). Memory only, no I/O."""
+"""What this node holds: the newest state of every execution it has claimed (ahead, waiting
+to start, or active), with an index of the active ones per task; the node's lease it
+holds them under (``lease``: one epoch for all of them, DESIGN.md "Scale"); and until when
+that lease is known to run (``confirmed``: what a node woken from a pause waits for before
+it sends anything). Memory only, no I/O."""
 
 from __future__ import annotations
 
@@ -10,21 +11,26 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
-from ecron.core import ACTIVE, Execution, Status
+from ecron.core import ACTIVE, Execution, Lease
 
 
 class Held(Mapping[str, Execution]):
     """Executions by eid; ``remember`` keeps the newest version, ``forget`` lets one go."""
 
-    def __init__(self) -> None:
+    def __init__(self, node: str = "") -> None:
         self._by_eid: dict[str, Execution] = {}
         self._active: dict[str, set[str]] = {}
-        #: Claimed runs that wait to start (their pool, an older run, ``Retry-After``).
-        self._waiting: set[str] = set()
-        #: Until when every lease held here runs at least: the last renewal that landed,
-        #: counted from before it left (``Leases.run``); None while no renewal loop runs.
+        #: The node's lease everything here is held under (``Leases`` takes it at start and
+        #: again after losing it: every write names it, every claim is stamped with it).
+        self.lease = Lease(node, 0)
+        #: Until when the lease runs at least: the last renewal that landed, counted from
+        #: before it left (``Leases.run``); None while no renewal loop runs.
         self.renewed_until: datetime | None = None
         self._round = asyncio.Event()
+        #: Set when a write was refused by the lease it was made under (the node's lease
+        #: was fenced, or taken again since): the lease is checked at once, not at the next
+        #: round (``Leases.run`` waits on it).
+        self.lease_doubted = asyncio.Event()
 
     def __getitem__(self, eid: str) -> Execution:
         return self._by_eid[eid]
@@ -78,6 +84,11 @@ class Held(Mapping[str, Execution]):
         self._round.set()
         self._round = asyncio.Event()
 
+    def doubt_lease(self) -> None:
+        """A write made under this node's lease was refused with its row unchanged: the
+        lease may be lost (fenced by a node that found it run out); check it now."""
+        self.lease_doubted.set()
+
     async def confirmed(self, now: datetime) -> None:
         """Before a call about an execution held here leaves: when this node's leases may have
         run out since their last renewal (the node was paused: a GC, a VM migration, a
@@ -91,17 +102,7 @@ class Held(Mapping[str, Execution]):
         """The eids of ``task``'s active executions held here."""
         return self._active.get(task, set())
 
-    def renewed_eids(self) -> list[str]:
-        """The executions whose leases are renewed: every active one held here, and every
-        claimed one that waits to start (it may wait longer than a lease: another node would
-        take it over, only to find it waiting too)."""
-        return [*(eid for eids in self._active.values() for eid in eids), *self._waiting]
-
     def _index(self, old: Execution | None, new: Execution | None) -> None:
-        if new is not None and new.waiting_for is not None and new.status is Status.SCHEDULED:
-            self._waiting.add(new.eid)
-        elif old is not None:
-            self._waiting.discard(old.eid)
         was = old is not None and old.status in ACTIVE
         now = new is not None and new.status in ACTIVE
         if was == now:

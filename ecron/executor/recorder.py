@@ -124,25 +124,30 @@ class Recorder:
                 return Change(transition, before)
             after = transition.after.evolve(version=before.version + 1)
             inserted: Sequence[Execution] | None = None
+            lease = self.held.lease
             if as_owner and not _must_wait(transition, event):
-                self.writer.save_soon(before, after)
+                self.writer.save_soon(before, after, lease)
                 stored: Execution | None = after
             else:
                 if transition.finished:
                     inserted = await self.plan_end(after)
-                stored = await self.writer.save(before, after, then_insert=inserted or ())
+                stored = await self.writer.save(
+                    before, after, then_insert=inserted or (), lease=lease
+                )
             if stored is not None:
                 self.written(transition, stored)
                 return Change(transition, stored, inserted)
             fresh = await self.store.get_execution(before.eid)
+            if _unmoved(before, fresh):  # refused by the node's lease, not by the row
+                self.held.doubt_lease()
+                return Change(transition, None)
             owned = ownership(execution, fresh) if as_owner else _unowned(fresh)
             if owned is Ownership.LOST:
-                why = "the lease moved on" if fresh else "the row is gone"
-                self.let_go(execution.eid, why, execution.fence)
+                self.lost(execution, fresh)
                 return Change(transition, None)
             assert fresh is not None
             if owned is Ownership.ENDED:
-                self.held.remember(fresh)
+                self.ended_elsewhere(fresh)
                 return Change(
                     Transition(fresh, fresh, ignored=f"execution is {fresh.status}"), fresh
                 )
@@ -232,6 +237,28 @@ class Recorder:
                 detail=warning,
             )
 
+    def lost(self, held: Execution, fresh: Execution | None) -> None:
+        """A write of ``held`` found its row gone, or taken over by another node (a higher
+        fence): this node stops driving it (``lease_lost``, counted in
+        ``ecron_leases_lost``)."""
+        if self.held.get(held.eid) is not None and fresh is not None:
+            log.warning("lease_lost", task=held.task, execution_id=held.eid, held_by=fresh.owner)
+        why = "the lease moved on" if fresh else "the row is gone"
+        self.let_go(held.eid, why, held.fence)
+
+    def ended_elsewhere(self, fresh: Execution) -> None:
+        """A write found the execution ended by a report this node held no lease for (a
+        callback, a queue message or a person's cancel answered by another node): this node
+        stops driving it; not a lost lease."""
+        if self.held.get(fresh.eid) is not None:
+            log.info(
+                "execution_ended_elsewhere",
+                task=fresh.task,
+                execution_id=fresh.eid,
+                status=fresh.status.value,
+            )
+        self.held.remember(fresh)
+
     def let_go(self, eid: str, why: str, fence: int | None = None) -> None:
         """This node no longer drives ``eid`` (with ``fence``: on that lease; see
         ``Held.forget``)."""
@@ -263,15 +290,28 @@ class Recorder:
         except Exception:
             log.exception("refresh_failed", execution_id=lost.eid)
             return
+        if _unmoved(lost, fresh, written=True):  # refused by the node's lease
+            self.held.doubt_lease()
+            return
         owned = ownership(held, fresh)
         if owned is Ownership.LOST:
-            why = "the lease moved on" if fresh else "the row is gone"
-            self.let_go(lost.eid, why, held.fence)
+            self.lost(held, fresh)
         elif owned is Ownership.ENDED:
-            self.held.forget(lost.eid, held.fence)
+            assert fresh is not None
+            self.ended_elsewhere(fresh)
         else:
             assert fresh is not None
             self.held.hold(fresh)  # the change is lost; the next report carries it again
+
+
+def _unmoved(before: Execution, fresh: Execution | None, *, written: bool = False) -> bool:
+    """True when a write over ``before`` (``written``: ``before`` is the state the write
+    meant to store) was refused though its row is still as it was built on: what refused it
+    was the lease it was made under (the node's lease fenced, or taken again since)."""
+    if fresh is None:
+        return False
+    version = before.version - 1 if written else before.version
+    return fresh.fence == before.fence and fresh.version == version
 
 
 def _unowned(fresh: Execution | None) -> Ownership:

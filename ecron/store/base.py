@@ -13,16 +13,18 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from ecron.clock import Reading
-from ecron.core import Execution, Status
+from ecron.core import Execution, Lease, Status
 from ecron.core.audit import AuditEntry, AuditPage, AuditQuery
 from ecron.core.plans import PoolGate
 from ecron.store.changes import FirstFires, StoredTask
 from ecron.store.records import (
+    Adopted,
     Claimed,
     Decider,
     Page,
     Planner,
     PoolState,
+    Renewal,
     Started,
     SyncResult,
     TaskState,
@@ -37,7 +39,14 @@ class Store(abc.ABC):
 
     Every state write of an execution is a compare-and-set on its ``fence``
     (the lease) and ``version`` (the row): a write built on stale state is
-    refused, never applied.
+    refused, never applied. A write that names the writing node's lease (``Lease``)
+    lands only while that lease still has that epoch (the node was not fenced since).
+
+    What a node holds (``owner``, ``owner_epoch``) leans on the node's own lease
+    (``take_node_lease``, ``renew_node_lease``): one write per round renews all of it. A
+    row is free to take over once nobody holds it, once its own short claim ran out (a
+    fire time claimed ahead), or once the lease it is held under was fenced or replaced
+    by a newer epoch (``claim_runnable``).
 
     Each operation is one transaction, run again from its start when the database
     fails it for a passing reason (``ecron.store.retry``); the callbacks an operation
@@ -109,8 +118,10 @@ class Store(abc.ABC):
         active_of: Collection[str] | None = None,
         planned_of: Collection[str] = (),
         pools: Mapping[str, tuple[PoolGate, Collection[str]]] | None = None,
+        lease: Lease | None = None,
     ) -> Started:
-        """Start executions, in one transaction: read the ``Gate`` of each task in ``tasks``
+        """Start executions, in one transaction (its writes fenced by ``lease``, as
+        ``save``'s): read the ``Gate`` of each task in ``tasks``
         (locking the task rows on PostgreSQL, so that two nodes never both start under
         ``forbid``), with its active executions for the tasks in ``active_of`` (None: all;
         a task whose rules never look at them, under ``concurrency: allow``, need not pay
@@ -256,44 +267,77 @@ class Store(abc.ABC):
         self,
         writes: Sequence[tuple[Execution, Execution]],
         then_insert: Mapping[str, Sequence[Execution]] | None = None,
+        lease: Lease | None = None,
     ) -> list[Execution | None]:
         """Write each ``(before, after)`` pair as a compare-and-set on ``before``'s fence and
         version, in one transaction; the row takes ``after``'s version (higher than
-        ``before``'s). An eid appears at most once. The lease (``lease_until``) is written only
-        where ``after`` changes it; the owner and the fence never. ``then_insert`` names, by
-        eid, executions to insert in the same transaction when (and only when) that eid's
-        write lands (an end and its retry: both or neither), as ``create_execution`` does.
+        ``before``'s). An eid appears at most once. The state columns ``after`` changes are
+        written (a claim's own ``lease_until`` among them); the owner, its epoch and the
+        fence never. With ``lease`` (the writing node's), nothing lands unless that lease
+        still has its epoch. Rows are locked in eid order. ``then_insert`` names, by eid,
+        executions to insert in the same transaction when (and only when) that eid's write
+        lands (an end and its retry: both or neither), as ``create_execution`` does.
         Returns, per pair, the stored execution or None when the compare failed."""
 
     @abc.abstractmethod
     async def claim_runnable(
         self,
-        node: str,
+        lease: Lease,
         now: datetime,
-        lease_for: Callable[[Execution], datetime],
+        lease_for: Callable[[Execution], datetime | None],
         limit: int,
         *,
         skip: Collection[str] | None = None,
-    ) -> list[Execution]:
-        """Take over executions that nobody holds (no owner, or a lease expired before
-        ``now``): SCHEDULED ones, claimed by a node that did not start them, and active
-        ones. Without ``skip``, only other nodes' expired leases count (the frequent case);
-        with it, ``node``'s own expired ones too, except the eids in ``skip`` (those it
-        still drives). Owner becomes ``node``, the fence is raised, the lease runs until
-        ``lease_for(execution)``, called once per execution inside the transaction (so that
-        it can count from the write, however late the transaction lands). Oldest lease
-        first."""
+    ) -> list[Adopted]:
+        """Take over held executions (SCHEDULED, PENDING, RUNNING) that are free at ``now``:
+        nobody holds them (let go); their own short claim ran out (a fire time claimed ahead
+        by a node that did not start it); or the node lease they are held under ran out
+        (that lease is fenced first, in the same transaction, so that its node cannot renew
+        it any more), was fenced, or was replaced by a newer epoch of its node (the node
+        lost its lease and took a new one). Without ``skip``, this node's own short claims
+        are left alone (the frequent case); with it, they count too, except the eids in
+        ``skip`` (those it still drives). Owner and epoch become ``lease``'s, the fence is
+        raised, the own claim runs until ``lease_for(execution)`` (None: the node's lease
+        holds it), called once per execution inside the transaction (so that it can count
+        from the write, however late the transaction lands). A round that finds nothing
+        free and no lease run out takes no write lock. Rows are locked in eid order."""
 
     @abc.abstractmethod
-    async def renew_leases(self, node: str, eids: Sequence[str], lease_until: datetime) -> set[str]:
-        """Extend ``node``'s leases of the ones of ``eids`` that are active or wait to start
-        (``waiting_for``); returns the eids it still holds."""
+    async def take_node_lease(
+        self, node: str, now: datetime, until: datetime, *, host: str = "", pid: int = 0
+    ) -> Lease:
+        """Register ``node`` with a lease until ``until``, or take its lease again (a new
+        epoch: what it held under an older one is free from now on); the lease."""
+
+    @abc.abstractmethod
+    async def renew_node_lease(
+        self, lease: Lease, now: datetime, until: datetime, ticks: Callable[[], float]
+    ) -> Renewal | None:
+        """Extend ``lease`` to ``until`` and record that the node is alive, in one statement
+        whatever the node holds; None when the lease is no longer the node's (it was
+        fenced: everything it held under it may have been taken over). On PostgreSQL the
+        same statement reads the database's clock across its round trip (timed on
+        ``ticks``) and counts the live leases."""
+
+    @abc.abstractmethod
+    async def live_nodes(self, now: datetime) -> int:
+        """How many nodes hold a lease that runs at ``now`` or later."""
+
+    @abc.abstractmethod
+    async def let_go_node_lease(self, lease: Lease) -> None:
+        """Give ``lease`` up (a clean stop): it is fenced at once, and everything held under
+        it is free for another node to take over."""
+
+    @abc.abstractmethod
+    async def purge_nodes(self, before: datetime) -> int:
+        """Forget the nodes whose lease ended (fenced, or ran out) and that sent nothing
+        since ``before``, once they hold nothing; how many."""
 
     @abc.abstractmethod
     async def release_leases(self, node: str, eids: Sequence[str]) -> None:
-        """Give up ``node``'s leases so another node can adopt them at once. Only rows still
-        held (SCHEDULED, PENDING, RUNNING) are released: one that ended meanwhile (a
-        callback, another node) is never touched again."""
+        """Give up ``node``'s hold of ``eids`` so another node can adopt them at once. Only
+        rows still held (SCHEDULED, PENDING, RUNNING) are released: one that ended meanwhile
+        (a callback, another node) is never touched again."""
 
     @abc.abstractmethod
     async def resumes_of(self, eids: Sequence[str]) -> dict[str, str]:
@@ -330,10 +374,8 @@ class Store(abc.ABC):
         ``now``, or (tasks in ``silent_since``) with no report or trigger since then."""
 
     @abc.abstractmethod
-    async def force_claim(
-        self, node: str, eids: Sequence[str], lease_until: datetime
-    ) -> list[Execution]:
-        """Take the leases of the active ones of ``eids`` whoever holds them (raising the
+    async def force_claim(self, lease: Lease, eids: Sequence[str]) -> list[Execution]:
+        """Take the active ones of ``eids`` under ``lease`` whoever holds them (raising the
         fence, so the holder's writes are refused from now on)."""
 
     @abc.abstractmethod
@@ -390,18 +432,6 @@ class Store(abc.ABC):
         """The database's own clock, read across one round trip timed on ``ticks`` (a
         monotonic clock); None where the database has no clock of its own (SQLite, in this
         process: its time is this machine's)."""
-
-    @abc.abstractmethod
-    async def heartbeat(self, node: str, now: datetime, *, host: str = "", pid: int = 0) -> None:
-        """Register ``node`` or record that it is alive."""
-
-    @abc.abstractmethod
-    async def live_nodes(self, since: datetime) -> int:
-        """How many nodes sent a heartbeat at or after ``since``."""
-
-    @abc.abstractmethod
-    async def remove_node(self, node: str) -> None:
-        """Forget ``node`` (clean shutdown)."""
 
     @abc.abstractmethod
     async def shared_secret(self, candidate: str) -> str:

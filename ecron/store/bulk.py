@@ -5,6 +5,11 @@ compare-and-set of each row stays exact. How depends on the database, decided he
 
 - **PostgreSQL**: the rows travel as one JSON document that the statement turns back
   into a table (``jsonb_to_recordset``), and ``RETURNING`` says which rows it changed.
+  An update first locks the rows it names in the order of their key (a ``FOR UPDATE``
+  ordered by it, in the same statement), whatever order the rows came in and whatever
+  join the planner picks: two statements that lock some of the same rows take them in
+  one order, so a node's own writers (progress saves, ends, starts, takeovers) never
+  deadlock one another (DESIGN.md, "Scale").
 - **SQLite** (in-process, so a statement costs no network): one ``executemany`` of a
   plain parameterised statement, which SQLite runs in C at a few microseconds a row
   (JSON would be parsed again for every column of every row). A compare-and-set reads
@@ -66,6 +71,23 @@ def _json_text(value: Any) -> str:
         return orjson.dumps(value).decode()
     except TypeError:  # e.g. an integer beyond 64 bits, which orjson refuses
         return json.dumps(value, default=str)
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """A condition a write lands under, besides each row's own compare: ``sql`` over
+    ``params`` (as SQL text, for PostgreSQL's statement), and ``check``, the same question
+    asked on its own in the writing transaction (SQLite: no other writer can change the
+    answer before the update). For fenced writes: the writing node's lease still has the
+    epoch the write was made under."""
+
+    sql: str
+    params: Mapping[str, Any]
+    check: sa.Select[Any]
+
+    async def holds(self, conn: AsyncConnection) -> bool:
+        """True when the condition holds now, in ``conn``'s transaction."""
+        return (await conn.execute(self.check)).first() is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,18 +170,26 @@ class Batch:
         return await self._present(conn, returning, wanted)
 
     async def update(
-        self, conn: AsyncConnection, rows: Iterable[dict[str, Any]], returning: str
+        self,
+        conn: AsyncConnection,
+        rows: Iterable[dict[str, Any]],
+        returning: str,
+        guard: Guard | None = None,
     ) -> set[Any]:
         """Update each row found by ``key`` whose ``match`` fields are as given (and that
-        meets ``where``); the ``returning`` field (a key field) of the rows updated."""
+        meets ``where``), only while ``guard`` holds (none is updated when it does not);
+        the ``returning`` field (a key field) of the rows updated."""
         encoded = self.encode(rows)
         if not encoded:
             return set()
         if self._postgres:
-            result = await conn.execute(
-                sa.text(self._pg_update(returning)), {"rows": orjson.dumps(encoded).decode()}
-            )
-            return set(result.scalars())
+            params = {"rows": orjson.dumps(encoded).decode()}
+            if guard is not None:
+                params.update(guard.params)
+            sql = self._pg_update(returning, None if guard is None else guard.sql)
+            return set((await conn.execute(sa.text(sql), params)).scalars())
+        if guard is not None and not await guard.holds(conn):
+            return set()
         if self.match or self.where:
             encoded = await self._still_matching(conn, encoded)
         if not encoded:
@@ -181,7 +211,12 @@ class Batch:
             return f"CAST(v.{name} AS json)"
         return f"v.{name}"
 
-    def _pg_update(self, returning: str) -> str:
+    def _pg_update(self, returning: str, guard: str | None = None) -> str:
+        keys = ", ".join(self.key)
+        locked = (  # every row named, locked in the order of its key before any is changed
+            f"SELECT {keys} FROM {self.table} WHERE ({keys}) IN (SELECT {keys} FROM v) "
+            f"ORDER BY {keys} FOR UPDATE"
+        )
         sets = []
         for column, source in self.assign.items():
             value = self._pg_value(source)
@@ -191,10 +226,16 @@ class Batch:
         if self.also:
             sets.append(self.also)
         conditions = [f"{self.table}.{name} = v.{name}" for name in (*self.key, *self.match)]
+        conditions.append(
+            f"({', '.join(f'{self.table}.{k}' for k in self.key)}) IN (SELECT {keys} FROM locked)"
+        )
         if self.where:
             conditions.append(f"({self.where})")
+        if guard:
+            conditions.append(f"({guard})")
         return (
-            f"UPDATE {self.table} SET {', '.join(sets)} FROM {self._pg_source()} "
+            f"WITH v AS (SELECT * FROM {self._pg_source()}), locked AS ({locked}) "
+            f"UPDATE {self.table} SET {', '.join(sets)} FROM v "
             f"WHERE {' AND '.join(conditions)} RETURNING {self.table}.{returning}"
         )
 

@@ -139,6 +139,24 @@ class Engines:
                 self.observe("write", time.monotonic() - started)
 
     @asynccontextmanager
+    async def single(self) -> AsyncIterator[AsyncConnection]:
+        """A connection for statements that stand alone, each its own transaction
+        (PostgreSQL's autocommit: no ``BEGIN`` and ``COMMIT`` round trips around it): a
+        lease renewal is one statement, one round trip. On SQLite a write transaction."""
+        if self._write_lock is not None:
+            async with self.write() as conn:
+                yield conn
+            return
+        started = time.monotonic()
+        try:
+            async with self.writer.connect() as conn:
+                auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                yield auto
+        finally:
+            if self.observe is not None:
+                self.observe("write", time.monotonic() - started)
+
+    @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
         """A read-only transaction."""
         started = time.monotonic()

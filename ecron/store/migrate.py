@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
 
 #: The newest migration (``ecron/store/migrations/versions``).
-HEAD = "0012"
+HEAD = "0013"
 
 
 def alembic_config() -> AlembicConfig:

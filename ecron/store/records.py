@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from ecron.clock import Reading
 from ecron.core import Execution, FirePlan, Gate
 from ecron.store.changes import TaskSetChange
 
@@ -36,6 +37,25 @@ class TaskState:
     last_success_at: datetime | None = None
     #: When ``task_overdue`` was last raised for it.
     overdue_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Adopted:
+    """An execution taken over (as it now is: held by the node that took it), and the node
+    that held it before (None: nobody, it was let go)."""
+
+    execution: Execution
+    previous_owner: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Renewal:
+    """What renewing a node's lease found: how many nodes hold a live lease (this one
+    included), and the database's clock read by the same statement (None where the
+    database has no clock of its own: SQLite)."""
+
+    live_nodes: int
+    reading: Reading | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,11 +1,12 @@
 """``SqlStore``: the one store implementation, for SQLite and PostgreSQL.
 
-Reads and the state writes of executions live here; claims and leases in ``sql_leases``,
-tasks in ``sql_tasks``, lookups by eid prefix, of each task's newest execution and of recent
-durations in ``sql_lookups``, chains in ``sql_chains``, stalled executions in
-``sql_stalled``. Every operation but ``ping`` and ``exclusive`` is one transaction run again
-on a transient error (``retry``, whose docstring says why that is safe for each kind); the
-dialect's statements and batches are chosen once, here.
+Reads and the state writes of executions live here; claims and starts in ``sql_leases``,
+node leases and takeovers in ``sql_nodes``, tasks in ``sql_tasks``, lookups by eid prefix,
+of each task's newest execution and of recent durations in ``sql_lookups``, chains in
+``sql_chains``, stalled executions in ``sql_stalled``. Every operation but ``ping`` and
+``exclusive`` is one transaction run again on a transient error (``retry``, whose docstring
+says why that is safe for each kind); the dialect's statements and batches are chosen once,
+here.
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ecron import __version__
-from ecron.core import ACTIVE, INTERRUPTED_REASONS, Execution, Status, Step, TriggerKind
+from ecron.core import ACTIVE, INTERRUPTED_REASONS, Execution, Lease, Status, Step, TriggerKind
 from ecron.store.base import Store
 from ecron.store.bulk import Batch, Kind
 from ecron.store.engine import Engines, cluster_lock
@@ -35,14 +35,14 @@ from ecron.store.records import Page
 from ecron.store.retry import retried, retrying
 from ecron.store.sql_audit import AuditOperations
 from ecron.store.sql_chains import ChainOperations
-from ecron.store.sql_leases import LeaseOperations, advance_batch, take_batch
+from ecron.store.sql_leases import LeaseOperations, advance_batch
 from ecron.store.sql_lookups import LookupOperations
+from ecron.store.sql_nodes import NodeOperations, lease_guard
 from ecron.store.sql_pools import PoolOperations
 from ecron.store.sql_stalled import StalledOperations
 from ecron.store.sql_tasks import TaskOperations, stamps_batch, successes_batch
 from ecron.store.tables import (
     execution_table,
-    node_table,
     setting_table,
     step_table,
 )
@@ -50,8 +50,9 @@ from ecron.store.tables import (
 ACTIVE_NAMES = [str(status) for status in ACTIVE]
 _SCHEDULED = str(Status.SCHEDULED)
 
-#: The columns a state write sets: everything ``core.apply`` may change (never the owner,
-#: the fence or the identity of the execution).
+#: The columns a state write sets: everything ``core.apply`` may change, and a claim's own
+#: short lease (a start ends it: the node's lease holds the run from then); never the owner,
+#: its epoch, the fence or the identity of the execution.
 STATE_COLUMNS = (
     "status",
     "reason",
@@ -88,6 +89,7 @@ _STEP_UPDATE = (
 
 class SqlStore(
     LeaseOperations,
+    NodeOperations,
     TaskOperations,
     LookupOperations,
     ChainOperations,
@@ -109,7 +111,6 @@ class SqlStore(
         #: is its commit's wait; SQLite has one writer.
         self.write_concurrency = 4 if engines.dialect.skip_locked else 1
         self._advances = advance_batch(name)
-        self._takes = take_batch(name)
         self._successes = successes_batch(name)
         self._stamps = stamps_batch(name)
         self._insert = engines.dialect.insert
@@ -249,26 +250,34 @@ class SqlStore(
         self,
         writes: Sequence[tuple[Execution, Execution]],
         then_insert: Mapping[str, Sequence[Execution]] | None = None,
+        lease: Lease | None = None,
     ) -> list[Execution | None]:
         async with self.engines.write() as conn:
-            return await self._save(conn, writes, then_insert or {})
+            return await self._save(conn, writes, then_insert or {}, lease)
 
     async def _save(
         self,
         conn: AsyncConnection,
         writes: Sequence[tuple[Execution, Execution]],
         then_insert: Mapping[str, Sequence[Execution]] | None = None,
+        lease: Lease | None = None,
     ) -> list[Execution | None]:
-        """Every write in one statement, each row a compare-and-set (see ``Store.save``)."""
+        """Every write in one statement per set of changed columns, each row a compare-and-set
+        (see ``Store.save``); on PostgreSQL the rows of every statement locked first, in the
+        order of their eid, so the statements of one transaction and of two never wait on
+        each other in a circle."""
         if not writes:
             return []
         by_columns: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
         for before, after in writes:
             columns = _changed(before, after)
             by_columns[columns].append(_state_row(before, after, columns))
+        if len(by_columns) > 1:
+            await self._lock_in_order(conn, [before.eid for before, _ in writes])
+        guard = None if lease is None else lease_guard(lease)
         done: set[Any] = set()
         for columns, rows in by_columns.items():
-            done |= await self._save_batch(columns).update(conn, rows, returning="eid")
+            done |= await self._save_batch(columns).update(conn, rows, "eid", guard)
         steps = [
             _step_row(after.eid, new)
             for before, after in writes
@@ -303,7 +312,6 @@ class SqlStore(
                 key=["eid"],
                 match=["fence", "version"],
                 assign={**{column: column for column in columns}, "version": "new_version"},
-                keep_when_null=["lease_until"] if "lease_until" in columns else [],
             )
         return batch
 
@@ -311,13 +319,13 @@ class SqlStore(
         self, conn: AsyncConnection, writes: Sequence[tuple[Execution, Execution]]
     ) -> set[str]:
         """Of writes whose compare failed in a retried transaction, those the attempt before
-        wrote (its commit lost): the row holds exactly ``after``, bar a lease renewed since."""
+        wrote (its commit lost): the row holds exactly ``after``."""
         wanted = {after.eid: after for _, after in writes}
         query = sa.select(execution_table).where(execution_table.c.eid.in_(list(wanted)))
         found = set()
         for row in (await conn.execute(query)).mappings():
             after = wanted[row["eid"]]
-            if to_execution(row, after.steps).evolve(lease_until=after.lease_until) == after:
+            if to_execution(row, after.steps) == after:
                 found.add(after.eid)
         return found
 
@@ -411,28 +419,6 @@ class SqlStore(
     def exclusive(self, name: str) -> AbstractAsyncContextManager[bool]:
         return cluster_lock(self.engines, name, wait=False)
 
-    @retried("heartbeat")
-    async def heartbeat(self, node: str, now: datetime, *, host: str = "", pid: int = 0) -> None:
-        statement = self._insert(node_table).values(
-            node_id=node, started_at=now, heartbeat_at=now, host=host, pid=pid, version=__version__
-        )
-        statement = statement.on_conflict_do_update(
-            index_elements=[node_table.c.node_id], set_={"heartbeat_at": now}
-        )
-        async with self.engines.write() as conn:
-            await conn.execute(statement)
-
-    @retried("live_nodes")
-    async def live_nodes(self, since: datetime) -> int:
-        query = sa.select(sa.func.count()).where(node_table.c.heartbeat_at >= since)
-        async with self.engines.read() as conn:
-            return int((await conn.execute(query)).scalar_one())
-
-    @retried("remove_node")
-    async def remove_node(self, node: str) -> None:
-        async with self.engines.write() as conn:
-            await conn.execute(sa.delete(node_table).where(node_table.c.node_id == node))
-
     @retried("shared_secret")
     async def shared_secret(self, candidate: str) -> str:
         async with self.engines.write() as conn:
@@ -455,9 +441,7 @@ class SqlStore(
 
 def _changed(before: Execution, after: Execution) -> tuple[str, ...]:
     """The state columns ``after`` changes: only those are written (most writes are a
-    poll's progress: four columns of seventeen). The lease only where the write moves it
-    (renewals do not raise the version, so this node's copy of it may be older than the
-    row's)."""
+    poll's progress: four columns of seventeen)."""
     return tuple(name for name in STATE_COLUMNS if getattr(before, name) != getattr(after, name))
 
 

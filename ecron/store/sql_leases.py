@@ -9,7 +9,7 @@ take the next row instead); on SQLite one writer at a time makes the same guaran
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -17,12 +17,18 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ecron.clock import Reading
-from ecron.core import ACTIVE, HELD, Execution, FirePlan, Gate, Holder, Status, TriggerKind
+from ecron.core import ACTIVE, HELD, Execution, FirePlan, Gate, Holder, Lease, Status, TriggerKind
 from ecron.core.plans import InLine, PoolGate
 from ecron.store.bulk import Batch, Kind
 from ecron.store.engine import Dialect, Engines
-from ecron.store.records import Claimed, Decider, DueTask, Planner, Started, StartWrites
+from ecron.store.records import (
+    Claimed,
+    Decider,
+    DueTask,
+    Planner,
+    Started,
+    StartWrites,
+)
 from ecron.store.retry import retried, retrying
 from ecron.store.sql_pools import IN_LINE
 from ecron.store.sql_tasks import can_fire
@@ -54,9 +60,8 @@ class LeaseOperations:
 
     engines: Engines
     dialect: Dialect
-    #: Batches made once, when the store opens (``advance_batch``, ``take_batch``).
+    #: Made once, when the store opens (``advance_batch``).
     _advances: Batch
-    _takes: Batch
 
     async def _insert_executions(
         self, conn: AsyncConnection, executions: Sequence[Execution]
@@ -64,7 +69,11 @@ class LeaseOperations:
         raise NotImplementedError  # pragma: no cover  (SqlStore)
 
     async def _save(
-        self, conn: AsyncConnection, writes: Sequence[tuple[Execution, Execution]]
+        self,
+        conn: AsyncConnection,
+        writes: Sequence[tuple[Execution, Execution]],
+        then_insert: Mapping[str, Sequence[Execution]] | None = None,
+        lease: Lease | None = None,
     ) -> list[Execution | None]:
         raise NotImplementedError  # pragma: no cover  (SqlStore)
 
@@ -133,6 +142,7 @@ class LeaseOperations:
         active_of: Collection[str] | None = None,
         planned_of: Collection[str] = (),
         pools: Mapping[str, tuple[PoolGate, Collection[str]]] | None = None,
+        lease: Lease | None = None,
     ) -> Started:
         names = sorted(set(tasks))
         holders = names if active_of is None else sorted(set(active_of))
@@ -145,7 +155,7 @@ class LeaseOperations:
             if retrying() and (own := _own_active(gates, plan, new)):
                 # the attempt before started these and its commit was lost: decide as it did
                 plan = decide(_without_own(gates, own))
-            stored = await self._save(conn, plan.writes)
+            stored = await self._save(conn, plan.writes, lease=lease)
             inserted = await self._insert_executions(conn, plan.inserts)
             for pool, at in sorted(plan.paces.items()):
                 update = pool_table.update().where(pool_table.c.name == pool)
@@ -292,118 +302,6 @@ class LeaseOperations:
             holders[task].append(holder)
         return holders
 
-    # -- taking over, renewing, letting go --------------------------------------------------
-
-    @retried("claim_runnable")
-    async def claim_runnable(
-        self,
-        node: str,
-        now: datetime,
-        lease_for: Callable[[Execution], datetime],
-        limit: int,
-        *,
-        skip: Collection[str] | None = None,
-    ) -> list[Execution]:
-        expired = execution_table.c.lease_until < now
-        if skip is None:  # other nodes' work only: what this node holds is not even read
-            expired = sa.and_(expired, execution_table.c.owner != node)
-        free = sa.or_(execution_table.c.owner.is_(None), expired)
-        skip = skip or ()
-        query = self._locking(
-            sa.select(execution_table)
-            .where(execution_table.c.status.in_(_HELD), free)
-            .order_by(execution_table.c.lease_until)
-            .limit(limit * 2),  # room for this node's own overdue claims, which it skips
-            skip_locked=True,
-        )
-        async with self.engines.write() as conn:
-            found = [e for e in await self._read_executions(conn, query) if e.eid not in skip]
-            found = found[:limit]
-            if not found:
-                return []
-            leases = {e.eid: lease_for(e) for e in found}
-            rows = [{"eid": e.eid, "lease_until": leases[e.eid], "owner": node} for e in found]
-            # the rows were read (and locked, on PostgreSQL) in this transaction: still free
-            taken = await self._takes.update(conn, rows, returning="eid")
-        return [
-            execution.evolve(
-                owner=node,
-                lease_until=leases[execution.eid],
-                fence=execution.fence + 1,
-                version=execution.version + 1,
-            )
-            for execution in found
-            if execution.eid in taken
-        ]
-
-    @retried("renew_leases")
-    async def renew_leases(self, node: str, eids: Sequence[str], lease_until: datetime) -> set[str]:
-        renewed: set[str] = set()
-        async with self.engines.write() as conn:
-            for start in range(0, len(eids), _CHUNK):
-                rows = await conn.execute(
-                    sa.update(execution_table)
-                    .where(
-                        execution_table.c.eid.in_(eids[start : start + _CHUNK]),
-                        execution_table.c.owner == node,
-                        _ACTIVE_OR_WAITING,  # a claim not waiting keeps its short lease
-                    )
-                    .values(lease_until=lease_until)
-                    .returning(execution_table.c.eid)
-                )
-                renewed.update(rows.scalars())
-        return renewed
-
-    @retried("read_clock")
-    async def read_clock(self, ticks: Callable[[], float]) -> Reading | None:
-        if self.dialect.name != "postgresql":
-            return None
-        async with self.engines.read() as conn:
-            await conn.execute(sa.text("SELECT 1"))  # the transaction's own round trip first
-            sent = ticks()
-            found = (await conn.execute(sa.select(sa.func.clock_timestamp()))).scalar_one()
-            received = ticks()
-        return Reading(found, sent, received)
-
-    @retried("release_leases")
-    async def release_leases(self, node: str, eids: Sequence[str]) -> None:
-        async with self.engines.write() as conn:
-            for start in range(0, len(eids), _CHUNK):
-                await conn.execute(
-                    sa.update(execution_table)
-                    .where(
-                        execution_table.c.eid.in_(eids[start : start + _CHUNK]),
-                        execution_table.c.owner == node,
-                        # one another node (or a callback) ended meanwhile stays as it ended
-                        execution_table.c.status.in_(_HELD),
-                    )
-                    .values(owner=None, lease_until=None, version=execution_table.c.version + 1)
-                )
-
-    @retried("force_claim")
-    async def force_claim(
-        self, node: str, eids: Sequence[str], lease_until: datetime
-    ) -> list[Execution]:
-        if not eids:
-            return []
-        taken = (
-            sa.update(execution_table)
-            .where(execution_table.c.eid.in_(list(eids)), execution_table.c.status.in_(_ACTIVE))
-            .values(
-                owner=node,
-                lease_until=lease_until,
-                fence=execution_table.c.fence + 1,
-                version=execution_table.c.version + 1,
-            )
-            .returning(execution_table.c.eid)
-        )
-        async with self.engines.write() as conn:
-            done = list((await conn.execute(taken)).scalars())
-            if not done:
-                return []
-            query = sa.select(execution_table).where(execution_table.c.eid.in_(done))
-            return await self._read_executions(conn, query)
-
 
 def _all_taken(
     advanced: Sequence[tuple[DueTask, FirePlan]], inserted: Collection[str]
@@ -445,17 +343,4 @@ def advance_batch(dialect: str) -> Batch:
         key=["name"],
         assign={"next_fire_at": "next_fire_at"},
         also="version = version + 1",
-    )
-
-
-def take_batch(dialect: str) -> Batch:
-    """The leases of many free executions given to one node at once, their fences raised."""
-    columns: dict[str, Kind] = {"eid": "text", "lease_until": "time", "owner": "text"}
-    return Batch(
-        dialect,
-        "execution",
-        columns,
-        key=["eid"],
-        assign={"lease_until": "lease_until", "owner": "owner"},
-        also="fence = fence + 1, version = version + 1",
     )

@@ -80,9 +80,19 @@ class ExecutionRow(SQLModel, table=True):
         sa.Index("ix_execution_task_eid", "task", "eid"),
         sa.Index("ix_execution_status_eid", "status", "eid"),
         sa.Index("ix_execution_finished", "finished_at"),
+        # Claims of their own (a fire time claimed ahead) whose short lease ran out.
         sa.Index(
             "ix_execution_runnable",
             "lease_until",
+            sqlite_where=sa.text(_HELD_SQL),
+            postgresql_where=sa.text(_HELD_SQL),
+        ),
+        # What each node holds, by the epoch of its lease: a takeover reads only the rows
+        # of the leases that ran out (or were let go), never the rows of live ones.
+        sa.Index(
+            "ix_execution_holder",
+            "owner",
+            "owner_epoch",
             sqlite_where=sa.text(_HELD_SQL),
             postgresql_where=sa.text(_HELD_SQL),
         ),
@@ -145,6 +155,10 @@ class ExecutionRow(SQLModel, table=True):
     cancel_sent_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     cancel_acknowledged: bool | None = None
     owner: str | None = Field(default=None, max_length=200)
+    #: The epoch of the owner's node lease it is held under (``node.epoch``).
+    owner_epoch: int | None = None
+    #: A claim's own short lease (a fire time claimed ahead, not waiting); None when the
+    #: owner's node lease holds it.
     lease_until: datetime | None = Field(default=None, sa_type=UTCDateTime)
     #: When the patrol gave up resuming it automatically (not a domain field: patrol only).
     resume_given_up_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
@@ -177,7 +191,8 @@ class ExecutionStepRow(SQLModel, table=True):
 
 
 class NodeRow(SQLModel, table=True):
-    """A running ecron process, known by its heartbeat."""
+    """An ecron process and its lease: what every execution it holds leans on, renewed in
+    one write per round whatever it holds (DESIGN.md, "Scale")."""
 
     __tablename__: ClassVar[str] = "node"
     __table_args__ = (sa.Index("ix_node_heartbeat", "heartbeat_at"),)
@@ -188,6 +203,12 @@ class NodeRow(SQLModel, table=True):
     host: str = Field(default="", max_length=200)
     pid: int = 0
     version: str = Field(default="", max_length=32)
+    #: Until when the node's lease runs; None once it was fenced (ran out and was taken
+    #: over, or let go at a clean stop).
+    lease_until: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    #: Raised each time the lease is fenced or taken again: executions held under an older
+    #: epoch are free, and writes made under one are refused.
+    epoch: int = 0
 
 
 class PoolRow(SQLModel, table=True):

@@ -14,6 +14,8 @@ Two kinds of write come in:
 
 A write is only ever sent on top of a state the database confirmed: one that builds on a
 write still in flight waits for it, and fails without being sent when that one failed.
+A write names the node's lease it was made under (``core.Lease``): it lands only while
+that lease is still the node's (DESIGN.md, "Scale": a fenced node changes nothing).
 Up to ``concurrency`` transactions are in flight at once, each about other executions
 (PostgreSQL takes several at once, and a commit's own wait is most of a small one's time;
 SQLite has one writer, so one).
@@ -29,7 +31,7 @@ from datetime import timedelta
 
 import structlog
 
-from ecron.core import Execution
+from ecron.core import Execution, Lease
 from ecron.store.base import Store
 
 log = structlog.get_logger(__name__)
@@ -47,6 +49,8 @@ class _Write:
     waiters: list[asyncio.Future[Execution | None]] = field(default_factory=list)
     #: Executions inserted in the same transaction when this write lands (an end's retry).
     inserts: list[Execution] = field(default_factory=list)
+    #: The node's lease the write was made under (None: not fenced by one).
+    lease: Lease | None = None
 
 
 class StateWriter:
@@ -85,20 +89,26 @@ class StateWriter:
         self.writes = 0
 
     async def save(
-        self, before: Execution, after: Execution, *, then_insert: Sequence[Execution] = ()
+        self,
+        before: Execution,
+        after: Execution,
+        *,
+        then_insert: Sequence[Execution] = (),
+        lease: Lease | None = None,
     ) -> Execution | None:
         """Write ``after`` over ``before`` and wait: the stored execution, or None when the
-        compare failed (another writer got there first, or the lease moved on).
-        ``then_insert``: executions inserted in the same transaction if the write lands."""
+        compare failed (another writer got there first, the execution's lease moved on, or
+        ``lease``, the node's, is no longer its own). ``then_insert``: executions inserted
+        in the same transaction if the write lands."""
         done: asyncio.Future[Execution | None] = asyncio.get_running_loop().create_future()
-        self._add(_Write(before, after, [done], list(then_insert)))
+        self._add(_Write(before, after, [done], list(then_insert), lease))
         self._go_now()
         # Not shielded: a caller cancelled meanwhile cancels its wait, not the write.
         return await done
 
-    def save_soon(self, before: Execution, after: Execution) -> None:
+    def save_soon(self, before: Execution, after: Execution, lease: Lease | None = None) -> None:
         """Write ``after`` over ``before`` within ``linger``; the caller does not wait."""
-        self._add(_Write(before, after))
+        self._add(_Write(before, after, lease=lease))
 
     @property
     def backlog(self) -> int:
@@ -179,10 +189,20 @@ class StateWriter:
         return batch
 
     async def _flush(self, batch: list[_Write]) -> None:
-        """One transaction of ``batch`` (taken, and counted in flight, by ``_take``)."""
+        """The transactions of ``batch`` (taken, and counted in flight, by ``_take``): one,
+        unless its writes were made under different leases of the node (one each)."""
+        leases = {write.lease for write in batch}
+        if len(leases) == 1:
+            await self._flush_one(batch, leases.pop())
+            return
+        for lease in leases:
+            await self._flush_one([w for w in batch if w.lease == lease], lease)
+
+    async def _flush_one(self, batch: list[_Write], lease: Lease | None) -> None:
+        """One transaction of ``batch``, whose writes were all made under ``lease``."""
         try:
             inserts = {w.before.eid: w.inserts for w in batch if w.inserts}
-            stored = await self.store.save([(w.before, w.after) for w in batch], inserts)
+            stored = await self.store.save([(w.before, w.after) for w in batch], inserts, lease)
         except Exception as exc:
             self._landed(batch)
             self._retry_later(batch, exc)
@@ -261,5 +281,6 @@ def _state(execution: Execution) -> tuple[int, int]:
 
 
 def _builds_on(write: _Write, earlier: _Write) -> bool:
-    """True when ``write`` was made on top of the state ``earlier`` writes."""
-    return _state(write.before) == _state(earlier.after)
+    """True when ``write`` was made on top of the state ``earlier`` writes, under the same
+    lease of the node."""
+    return _state(write.before) == _state(earlier.after) and write.lease == earlier.lease

@@ -26,6 +26,7 @@ import sqlalchemy as sa
 from ecron.clock import iso
 from ecron.core import FINAL
 from ecron.store.sql import SqlStore
+from ecron.store.sql_nodes import held_until, node_leases
 from ecron.store.tables import execution_table, step_table
 
 FINAL_NAMES = frozenset(status.value for status in FINAL)
@@ -48,12 +49,15 @@ class Tables:
         await self.store.close()
 
     async def read(self) -> tuple[dict[str, Row], dict[tuple[str, int], Row]]:
-        """Every execution row by eid and every step row by (eid, number), in one read."""
+        """Every execution row by eid (with ``held_until``: until when it is held, its own
+        claim and its owner's node lease taken together, ``sql_leases.held_until``) and every
+        step row by (eid, number), in one read."""
         async with self.store.engines.read() as conn:
             executions = (await conn.execute(sa.select(execution_table))).mappings().all()
             steps = (await conn.execute(sa.select(step_table))).mappings().all()
+            leases = await node_leases(conn)
         return (
-            {row["eid"]: dict(row) for row in executions},
+            {row["eid"]: {**row, "held_until": held_until(row, leases)} for row in executions},
             {(row["eid"], row["number"]): dict(row) for row in steps},
         )
 
@@ -101,9 +105,9 @@ class Snapshots:
 
     With ``live`` (the node ids whose processes are up) it also watches leases change hands
     (``leases_taken`` counts the changes of owner it saw): a lease taken from a node that
-    was up while by the database's clock it had not run out (its ``lease_until`` still
-    after the database's time just after the read that showed the new owner) is a
-    problem."""
+    was up while by the database's clock it had not run out (held until after the
+    database's time just after the read that showed the new owner: its node lease under its
+    epoch, and its own claim, ``sql_leases.held_until``) is a problem."""
 
     tables: Tables
     every: float = 0.5
@@ -121,7 +125,7 @@ class Snapshots:
         after this read; ``live``: the node ids up all through it)."""
         for eid, row in executions.items():
             before = self._leases.get(eid)
-            lease = Lease(row["owner"], row["lease_until"])
+            lease = Lease(row["owner"], row["held_until"])
             self._leases[eid] = lease
             if before is None or before.owner is None or lease.owner in (None, before.owner):
                 continue

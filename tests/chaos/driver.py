@@ -133,10 +133,10 @@ def _live_ids(slots: list[Node], known: dict[str, str]) -> set[str]:
 def _orphans(executions: dict[str, Any], live: set[str], now: datetime) -> list[str]:
     """Active executions that no live node holds under an unexpired lease."""
     return [
-        f"{row['eid']} {row['status']} owner={row['owner']} lease_until={row['lease_until']}"
+        f"{row['eid']} {row['status']} owner={row['owner']} held_until={row['held_until']}"
         for row in executions.values()
         if row["status"] in ACTIVE_NAMES
-        and (row["owner"] not in live or row["lease_until"] is None or row["lease_until"] < now)
+        and (row["owner"] not in live or row["held_until"] is None or row["held_until"] < now)
     ]
 
 

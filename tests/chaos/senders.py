@@ -9,7 +9,8 @@ say who sent what.
 
 For every call from a node that was paused and woke again (SIGSTOP, then SIGCONT), the
 execution's row is read the moment the call arrives, before it is answered: the node must
-hold its lease then (the row's owner, under a lease not run out). The one exception is a
+hold its lease then (the row's owner, under its node lease not run out with the epoch the
+row is held under, ``sql_leases.held_until``). The one exception is a
 call the node had in flight when it stopped, about an execution it held then: a stop can
 fall between the node's lease check and the call's bytes leaving, and those bytes then leave
 first thing on waking. Such a call is counted apart (``in_flight``) when the witness can
@@ -44,6 +45,7 @@ import sqlalchemy as sa
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from ecron.store.sql_nodes import held_until, node_leases
 from ecron.store.tables import execution_table
 from tests.chaos.checks import Tables
 from tests.support.service import wait_for
@@ -108,9 +110,16 @@ class Senders:
         self.stopped.add(node)
         self.woken.discard(node)
         c = execution_table.c
-        query = sa.select(c.eid).where(c.owner == node, c.lease_until > datetime.now(UTC))
+        query = sa.select(c.eid, c.owner, c.owner_epoch, c.lease_until, c.status).where(
+            c.owner == node
+        )
+        now = datetime.now(UTC)
         async with self.tables.store.engines.read() as conn:
-            self.held_at_stop[node] = set((await conn.execute(query)).scalars())
+            rows = (await conn.execute(query)).mappings().all()
+            leases = await node_leases(conn)
+        self.held_at_stop[node] = {
+            row["eid"] for row in rows if (until := held_until(row, leases)) and until > now
+        }
 
     def woke(self, node: str) -> None:
         """``node`` was sent SIGCONT (called before the signal leaves)."""
@@ -140,9 +149,10 @@ class Senders:
         first = node in self.first_due or opened_before
         self.first_due.discard(node)
         c = execution_table.c
-        query = sa.select(c.owner, c.lease_until, c.status).where(c.eid == eid)
+        query = sa.select(c.owner, c.owner_epoch, c.lease_until, c.status).where(c.eid == eid)
         async with self.tables.store.engines.read() as conn:
-            row = (await conn.execute(query)).first()
+            row = (await conn.execute(query)).mappings().first()
+            leases = await node_leases(conn)
         arrived = datetime.now(UTC)
         self.sent.append(
             Sent(
@@ -150,9 +160,9 @@ class Senders:
                 method=request.method,
                 remote_id=remote_id,
                 arrived=arrived,
-                owner=None if row is None else row.owner,
-                lease_until=None if row is None else row.lease_until,
-                status=None if row is None else str(row.status),
+                owner=None if row is None else row["owner"],
+                lease_until=None if row is None else held_until(row, leases),
+                status=None if row is None else str(row["status"]),
                 in_flight=first and eid in self.held_at_stop.get(node, set()),
             )
         )

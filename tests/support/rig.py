@@ -175,6 +175,7 @@ async def rig(
         node_id=node_id,
         specs=by_name,
     )
+    await parts.leases.register()  # the node's lease: what everything it claims leans on
     workers = asyncio.create_task(parts.engine.run())
     try:
         yield Rig(store, clock, parts, by_name)
