@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from ecron_service.protocol import JSON_TYPE, Call
+from ecron_service.protocol import JSON_TYPE, Answer, Call, not_found
 
 if TYPE_CHECKING:
     from ecron_service.service import Service
@@ -28,13 +28,10 @@ def aiohttp_app(service: Service) -> web.Application:
             request.headers,
             await request.read(),
         )
-        answer = service.handle(call)
-        return web.Response(
-            status=answer.status,
-            body=answer.body,
-            content_type=JSON_TYPE,
-            headers=answer.headers or None,
-        )
+        return _response(service.handle(call))
+
+    async def elsewhere(request: web.Request) -> web.Response:
+        return _response(not_found("/" + request.match_info["path"]))
 
     async def shutdown(_app: web.Application) -> None:
         await asyncio.to_thread(service.shutdown)
@@ -42,5 +39,15 @@ def aiohttp_app(service: Service) -> web.Application:
     app = web.Application()
     app.router.add_route("*", "/jobs/{name}", handle)
     app.router.add_route("*", "/jobs/{name}/{eid}", handle)
+    app.router.add_route("*", "/{path:.*}", elsewhere)
     app.on_shutdown.append(shutdown)
     return app
+
+
+def _response(answer: Answer) -> web.Response:
+    return web.Response(
+        status=answer.status,
+        body=answer.body,
+        content_type=JSON_TYPE,
+        headers=answer.headers or None,
+    )
