@@ -8,11 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -25,10 +21,10 @@ import pytest
 from ecron.daemon import Daemon
 from tests.conftest import DaemonFactory, task
 from tests.support.check_service import PACE, verdicts
+from tests.support.kit_processes import ServiceProcess, free_port
 from tests.support.kit_service import read_events
 from tests.support.service import JSON_BODY, wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
 ADAPTERS = ("asgi", "wsgi", "aiohttp")
 SECRET = "kit-secret"
 MAX_RUNNING = 4
@@ -56,48 +52,21 @@ def either_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[
     server.drop_database(url)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @dataclass
-class KitProcess:
-    """A kit service in its own process: its URL and its events file."""
+class KitProcess(ServiceProcess):
+    """tests/support/kit_service.py through one adapter, signing with SECRET, with
+    ``max_running`` 4, writing its events to ``events``."""
 
-    adapter: str
-    port: int
-    events: Path
-    process: subprocess.Popen[bytes] | None = None
+    adapter: str = "asgi"
+    events: Path = Path()
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        """Start it, and wait until it answers."""
-        command = [sys.executable, "-m", "tests.support.kit_service", "--adapter", self.adapter]
-        command += ["--port", str(self.port), "--events", str(self.events)]
+    @classmethod
+    def of(cls, adapter: str, events: Path) -> KitProcess:
+        port = free_port()
+        command = [sys.executable, "-m", "tests.support.kit_service", "--adapter", adapter]
+        command += ["--port", str(port), "--events", str(events)]
         command += ["--secret", SECRET, "--max-running", str(MAX_RUNNING)]
-        self.process = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE)
-        ready = wait_ready(self.port, self.process, 20)
-        assert ready, f"the {self.adapter} kit service did not start: {self.stop()}"
-
-    def stop(self, sig: signal.Signals = signal.SIGTERM) -> str:
-        """End it with ``sig``; what it wrote on stderr."""
-        process, self.process = self.process, None
-        if process is None:
-            return ""
-        if process.poll() is None:
-            process.send_signal(sig)
-        try:
-            _, err = process.communicate(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            _, err = process.communicate()
-        return err.decode(errors="replace")
+        return cls(command, port, adapter=adapter, events=events)
 
     def events_of(self, eid: str, event: str | None = None) -> list[dict[str, Any]]:
         """Its events about ``eid`` (of one kind), in order."""
@@ -108,25 +77,12 @@ class KitProcess:
         ]
 
 
-def wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float) -> bool:
-    """True once something accepts connections on ``port``; False if the process ended or
-    ``timeout`` passed first."""
-    until = time.monotonic() + timeout
-    while time.monotonic() < until and process.poll() is None:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return True
-        time.sleep(0.02)
-    return False
-
-
 @pytest.fixture(scope="module")
 def kit_services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, KitProcess]]:
     """One kit service per adapter for the module, signing with SECRET, ``max_running`` 4."""
     directory = tmp_path_factory.mktemp("kit")
     services = {
-        adapter: KitProcess(adapter, free_port(), directory / f"{adapter}.jsonl")
-        for adapter in ADAPTERS
+        adapter: KitProcess.of(adapter, directory / f"{adapter}.jsonl") for adapter in ADAPTERS
     }
     try:
         for service in services.values():
@@ -303,7 +259,7 @@ async def test_ten_runs_past_max_running_are_held_back_by_ecron_and_all_end_succ
 
 @asynccontextmanager
 async def own_service(adapter: str, directory: Path) -> AsyncIterator[KitProcess]:
-    service = KitProcess(adapter, free_port(), directory / f"own-{adapter}.jsonl")
+    service = KitProcess.of(adapter, directory / f"own-{adapter}.jsonl")
     await asyncio.to_thread(service.start)
     try:
         yield service
