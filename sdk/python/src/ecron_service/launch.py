@@ -108,6 +108,7 @@ def settle(board: Board, run: Run, outcome: Callable[[], Any]) -> None:
     """End ``run`` by what ``outcome()`` returns or raises; the job no longer counts as
     running, in the same step (so that a SUCCESS seen by ecron has freed its place)."""
     status, message, result, interrupted = SUCCESS, None, None, False
+    escaping: BaseException | None = None
     try:
         result = outcome()
     except _CANCELLED:
@@ -117,6 +118,8 @@ def settle(board: Board, run: Run, outcome: Callable[[], Any]) -> None:
     except Exception as exc:  # the job's failure is the run's, and this service carries on
         status, message = FAILED, str(exc) or type(exc).__name__
         board.logger.error("job %s %s failed", run.job, run.execution_id, exc_info=exc)
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt: booked, then let through
+        status, message, escaping = FAILED, f"{type(exc).__name__}: {exc}", exc
     else:
         try:
             json.dumps(result)
@@ -126,3 +129,5 @@ def settle(board: Board, run: Run, outcome: Callable[[], Any]) -> None:
         board.live -= 1
         if run.finish(status, message, result, interrupted):
             board.logger.info("job %s %s ended %s", run.job, run.execution_id, status)
+    if escaping is not None:
+        raise escaping
