@@ -105,13 +105,14 @@ def test_the_kit_runs_in_a_virtualenv_without_aiohttp(tmp_path: Path) -> None:
 
 def test_the_kit_is_released_with_ecrons_version_and_depends_on_nothing() -> None:
     """sdk/python/pyproject.toml: the distribution ``ecron-service``, ecron's version (also
-    ``ecron_service.__version__``), no dependency, aiohttp only as the ``aiohttp`` extra."""
+    ``ecron_service.__version__``), no dependency: aiohttp only as the ``aiohttp`` extra
+    (and the tests' tools as ``test``)."""
     kit = tomllib.loads((KIT / "pyproject.toml").read_text())["project"]
     ecron = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert kit["name"] == "ecron-service"
     assert kit["version"] == ecron["version"] == ecron_service.__version__
     assert kit["dependencies"] == []
-    assert list(kit["optional-dependencies"]) == ["aiohttp"]
+    assert set(kit["optional-dependencies"]) == {"aiohttp", "test"}
     assert all(d.startswith("aiohttp") for d in kit["optional-dependencies"]["aiohttp"])
     assert sys.version_info >= (3, 11)
 
