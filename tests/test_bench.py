@@ -253,3 +253,20 @@ def test_soak_samples_the_daemon_from_outside_and_does_every_kind_of_work(tmp_pa
         assert totals[key] > 0, (key, totals)
     assert totals["errors"] == 0, totals
     assert soak["rss_kib_per_min_second_half"] is not None
+
+
+def test_kit_measures_the_kit_and_a_bare_handler_giving_the_same_answers() -> None:
+    """bench.kit at a tiny size: both services answer every trigger and poll with a 200 and
+    a report, the same bytes for the same execution, and each one's CPU per execution (a
+    trigger and 10 polls) is read, with their ratio. No ratio is asserted here."""
+    command = [sys.executable, "-m", "bench.kit", "--triggers", "100", "--rounds", "1"]
+    done = subprocess.run(
+        [*command, "--warmup", "10"], cwd=ROOT, capture_output=True, text=True, timeout=110
+    )
+    assert done.returncode == 0, f"bench.kit failed:\n{done.stdout}\n{done.stderr}"
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith('{"bench": ')]
+    figures = json.loads(line)
+    assert figures["bench"] == "kit" and figures["same_answers"] is True, figures
+    for side in ("kit", "baseline"):
+        assert figures[side]["rounds"] == 1 and figures[side]["requests_per_s"] > 0
+    assert figures["ratio"] > 0 and len(figures["ratios"]) == 1
