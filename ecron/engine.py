@@ -445,7 +445,10 @@ class Engine:
         try:
             results = await self.starts.start(requests)
         except Exception as exc:
-            log.exception("start_failed", executions=len(requests))
+            if isinstance(exc, Conflict):  # no lease now: a refusal, not a failure
+                log.warning("start_refused", executions=len(requests), reason=str(exc))
+            else:
+                log.exception("start_failed", executions=len(requests))
             for request in requests:
                 if request.new:
                     self._asked.fail(request.execution.eid, exc)

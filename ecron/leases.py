@@ -288,13 +288,14 @@ class Leases:
                 return valid_until  # stopping: no new lease
         now = self.clock.now()
         try:
-            self.held.lease = await self.store.take_node_lease(
-                self.node_id, now, self.lease_until(now)
-            )
+            lease = await self.store.take_node_lease(self.node_id, now, self.lease_until(now))
         except Exception:
             log.exception("node_lease_not_taken_again", node=self.node_id)
             self.held.renewed(None)
             return valid_until
+        for eid in list(self.held):  # held under the old epoch (its end's retry, say): free now
+            self.held.forget(eid)
+        self.held.lease = lease
         self.lost = False
         log.warning("node_lease_taken_again", node=self.node_id, epoch=self.held.lease.epoch)
         valid_until = self._asked_until = self.lease_until(now)

@@ -25,7 +25,7 @@ from ecron.config.model import TaskSpec
 from ecron.core import Execution, Gate, Holder, Status, Transition, apply
 from ecron.core.machine import RETRY_AFTER
 from ecron.core.plans import PoolGate
-from ecron.errors import EcronError
+from ecron.errors import Conflict, EcronError
 from ecron.executor.recorder import Change, Recorder
 from ecron.leases import Leases
 from ecron.planning import Begin, Defer, Skip, StartDecision, decide_start, is_late
@@ -75,6 +75,8 @@ class Starts:
     async def start(self, requests: Sequence[StartRequest]) -> list[StartResult]:
         """Decide ``requests`` in one transaction (oldest fire time first, so that the older
         run of a task is the one that starts under ``forbid``); each one's result."""
+        if self.leases.lost:  # no start under a lease that is no longer the node's
+            raise Conflict("this node lost its lease and is taking a new one: ask again")
         now = self.clock.now()
         ordered = sorted(requests, key=lambda r: (r.execution.scheduled_at, r.execution.eid))
         late = [

@@ -48,11 +48,17 @@ class Held(Mapping[str, Execution]):
     def __len__(self) -> int:
         return len(self._by_eid)
 
-    def hold(self, execution: Execution) -> None:
-        """Hold ``execution`` as it is now (a claim, a takeover, a new run)."""
+    def hold(self, execution: Execution) -> bool:
+        """Hold ``execution`` as it is now (a claim, a takeover, a new run); False when it is
+        not held under this node's lease as it is now (claimed under an older epoch, since
+        lost): the database holds it for nobody then, and whoever takes it over drives it."""
+        epoch = execution.owner_epoch
+        if epoch is not None and epoch != self.lease.epoch:
+            return False
         previous = self._by_eid.get(execution.eid)
         self._by_eid[execution.eid] = execution
         self._index(previous, execution)
+        return True
 
     def remember(self, stored: Execution) -> None:
         """A newer stored state of an execution held here (a final one is let go)."""
