@@ -28,6 +28,7 @@ from ecron.config.queue import QueueSettings
 from ecron.config.rules import PoolSpec
 from ecron.errors import ConfigError, ListenError
 from ecron.executor.http import HttpCaller
+from ecron.executor.wire import Wire
 from ecron.logs import hide
 from ecron.loop import loop_name
 from ecron.metrics import Metrics
@@ -78,10 +79,12 @@ class Daemon:
                 seconds
             ),
         )
-        self.session = session = _session(settings.poll_workers)
+        self.session = session = _session()
+        #: The connections to the user services (``executor/wire.py``).
+        self.wire = Wire(limit=max(100, settings.poll_workers * 2))
         #: The callback secret is the one thing read from the database, at start.
         self.caller = HttpCaller(
-            session,
+            self.wire,
             public_url=settings.public_url,
             callback_secret="",
             report_stream=settings.queue.stream if settings.queue is not None else None,
@@ -153,6 +156,7 @@ class Daemon:
         and ``async with`` raises its error, instead of a node running on half its parts.
         """
         self._stack.push_async_callback(self.session.close)
+        self._stack.push_async_callback(self.wire.close)
         self._stack.push_async_callback(self.store.close)
         if self.queue is not None:
             self._stack.push_async_callback(self.queue.client.aclose)
@@ -313,11 +317,10 @@ def _require_redis() -> None:
         raise ConfigError(["queue: needs redis-py: pip install 'ecron[redis]'"]) from exc
 
 
-def _session(poll_workers: int) -> aiohttp.ClientSession:
-    """The one HTTP session for calls to user services and alert webhooks."""
-    connector = aiohttp.TCPConnector(limit=max(100, poll_workers * 2))
-    # No cookies: calls to user services are independent of each other. (HttpCaller stops
-    # aiohttp from sending a GET or DELETE again by itself.)
+def _session() -> aiohttp.ClientSession:
+    """The HTTP session of alert webhooks (the protocol's calls go through the ``Wire``)."""
+    connector = aiohttp.TCPConnector(limit=100)
+    # No cookies: deliveries are independent of each other.
     return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
 
 

@@ -24,7 +24,6 @@ from ecron.backoff import exponential
 from ecron.clock import iso
 from ecron.config.model import NotifySettings, TaskSpec, Webhook
 from ecron.errors import EcronError
-from ecron.executor.http import read_capped
 from ecron.metrics import Metrics
 from ecron.signing import signature
 
@@ -153,3 +152,19 @@ class Notifier:
             await read_capped(answer, ANSWER_LIMIT)  # unused, but read: the connection is reused
             if not 200 <= answer.status < 300:
                 raise DeliveryFailed(f"HTTP {answer.status}")
+
+
+async def read_capped(response: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
+    """The body, or ``(first bytes, True)`` when it is longer than ``limit``."""
+    if response.content_length is not None:
+        if response.content_length > limit:
+            return b"", True
+        return await response.read(), False  # the common case: one read of a known length
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            return b"", True
+        chunks.append(chunk)
+    return b"".join(chunks), False

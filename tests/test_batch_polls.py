@@ -9,7 +9,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 
@@ -17,6 +16,7 @@ from ecron.config.model import TaskSpec
 from ecron.core import Reason, Status
 from ecron.executor.batch import CALL_NAME, batch_poll
 from ecron.executor.http import CallContext, HttpCaller, OutcomeKind
+from ecron.executor.wire import Wire
 from ecron.metrics import Metrics
 from tests.conftest import task
 from tests.protocol_support import started_then_slow
@@ -268,9 +268,9 @@ async def test_batch_poll_reads_each_id_and_sends_no_per_execution_header(
     ctxs = [CallContext(rid, rid, "job", T0, None, 1) for rid in ("a", "b", "c")]
     batch.reports = {"a": {"status": "RUNNING", "progress": 5}, "c": {"progress": 1}}
     metrics = Metrics()
-    async with aiohttp.ClientSession() as session:
+    async with Wire() as wire:
         caller = HttpCaller(
-            session,
+            wire,
             public_url="http://ecron.test",
             callback_secret="x",
             metrics=metrics,

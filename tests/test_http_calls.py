@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import aiohttp
 import pytest
 from yarl import URL
 
@@ -18,6 +17,7 @@ from ecron.executor.http import (
     default_target,
     expand,
 )
+from ecron.executor.wire import Wire
 from ecron.signing import callback_token, verify
 from tests.support.rig import FakeClock
 
@@ -34,8 +34,8 @@ CTX = CallContext(
 async def test_protocol_headers_replace_task_headers_of_the_same_name_in_any_case() -> None:
     """A task header spelt like a protocol header, in another case, does not survive."""
     call = CallSettings(url="http://h/jobs", headers={"x-ecron-task": "spoofed", "X-Team": "a"})
-    async with aiohttp.ClientSession() as session:
-        caller = HttpCaller(session, public_url=None, callback_secret="s")
+    async with Wire() as wire:
+        caller = HttpCaller(wire, public_url=None, callback_secret="s")
         headers = caller.headers("GET", URL("http://h/jobs/e1"), call, CTX, b"")
     assert headers.getall("X-Ecron-Task") == ["job"]
     assert headers["X-Team"] == "a" and headers["X-Ecron-Attempt"] == "2"
@@ -62,10 +62,8 @@ async def test_the_report_stream_and_the_callback_token_come_with_a_queue_the_ur
     needs it for its XADD) on every call; X-Ecron-Callback-Url only with public_url."""
     pushed = {"X-Ecron-Callback-Url", "X-Ecron-Report-Stream", "X-Ecron-Callback-Token"}
     call = CallSettings(url="http://h/jobs")
-    async with aiohttp.ClientSession() as session:
-        caller = HttpCaller(
-            session, public_url=public_url, callback_secret="s", report_stream=stream
-        )
+    async with Wire() as wire:
+        caller = HttpCaller(wire, public_url=public_url, callback_secret="s", report_stream=stream)
         for method in ("POST", "GET", "DELETE"):
             headers = caller.headers(method, URL("http://h/jobs/e1"), call, CTX, b"")
             assert {name for name in pushed if name in headers} == expected
@@ -129,8 +127,8 @@ async def test_a_signature_carries_the_time_of_the_injected_clock() -> None:
     """The ``t=`` of ``X-Ecron-Signature`` is the caller's clock's, and it verifies then."""
     when = datetime(2027, 3, 4, 5, 6, 7, tzinfo=UTC)
     call = CallSettings(url="http://h/jobs", secret="k")
-    async with aiohttp.ClientSession() as session:
-        caller = HttpCaller(session, public_url=None, callback_secret="s", clock=FakeClock(when))
+    async with Wire() as wire:
+        caller = HttpCaller(wire, public_url=None, callback_secret="s", clock=FakeClock(when))
         headers = caller.headers("GET", URL("http://h/jobs/e1"), call, CTX, b"")
     stamp = int(when.timestamp())
     assert headers["X-Ecron-Signature"].startswith(f"t={stamp},")

@@ -39,6 +39,7 @@ from ecron.executor.outcomes import (
     poll_event,
     trigger_event,
 )
+from ecron.executor.wire import Wire
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, run_once
 from tests.support.faulty import (
@@ -100,9 +101,9 @@ async def faulty() -> AsyncIterator[Faulty]:
     async with (
         raw_service() as raw,
         answering(answers) as base,
-        aiohttp.ClientSession() as session,
+        Wire() as wire,
     ):
-        yield Faulty(raw, base, HttpCaller(session, public_url=None, callback_secret="s"))
+        yield Faulty(raw, base, HttpCaller(wire, public_url=None, callback_secret="s"))
 
 
 #: Each fault, and how every one of the three calls answered by it is read.

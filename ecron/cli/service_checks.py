@@ -16,8 +16,6 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-import aiohttp
-
 from ecron.cli.batch_checks import judge_batch
 from ecron.cli.checklist import (
     FINAL,
@@ -36,6 +34,7 @@ from ecron.core import RemoteStatus, Report
 from ecron.executor.batch import batch_answer
 from ecron.executor.http import CallContext, CallOutcome, HttpCaller, OutcomeKind, expand
 from ecron.executor.outcomes import CANCEL_RETRYABLE
+from ecron.executor.wire import Wire
 from ecron.ids import new_eid
 
 #: The deadline sent with the checks' calls: work the check could not cancel stops by itself
@@ -70,8 +69,8 @@ def check_templates(call: CallSettings) -> None:
 
 async def run_checks(options: CheckOptions) -> Checklist:
     """Run every check against the service at ``options.call.url``; the checklist."""
-    async with aiohttp.ClientSession() as session:
-        caller = HttpCaller(session, public_url=None, callback_secret="")
+    async with Wire() as wire:
+        caller = HttpCaller(wire, public_url=None, callback_secret="")
         run = ServiceCheck(caller, options)
         await run.run()
         return run.checklist

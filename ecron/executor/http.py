@@ -1,7 +1,8 @@
 """The three calls of the protocol (trigger, poll, cancel) and how each answer is read.
 
-One aiohttp session serves every call. Bodies are read with a size cap, so a
-misbehaving service can cost at most ``BODY_LIMIT`` bytes per call.
+One ``Wire`` (kept-alive connections, ``executor/wire.py``) carries every call. Bodies are
+read with a size cap, so a misbehaving service can cost at most ``BODY_LIMIT`` bytes per
+call.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import quote
 
-import aiohttp
 import orjson
 from multidict import CIMultiDict
 from prometheus_client import Counter, Histogram
@@ -26,8 +26,8 @@ from yarl import URL
 from ecron.clock import Clock, iso
 from ecron.config.model import CallSettings
 from ecron.core import InvalidReport, RemoteStatus, Report, parse_report
-from ecron.errors import EcronError
 from ecron.executor.recent import Recent
+from ecron.executor.wire import NoAnswer, Unsent, Wire, request_bytes
 from ecron.logs import REDACTED, scrub
 from ecron.metrics import Metrics
 from ecron.signing import callback_token, signature
@@ -114,12 +114,17 @@ def expand(template: str | None, call: CallSettings, ctx: CallContext) -> URL:
     return URL(text, encoded=True)
 
 
+#: A poll prepared for an execution: its call settings, URL, headers and request bytes (the
+#: last two None for a signed poll, made anew for each call).
+_Prepared = tuple[CallSettings, URL, "CIMultiDict[str] | None", "bytes | None"]
+
+
 class HttpCaller:
     """Makes the protocol's calls over one shared session."""
 
     def __init__(
         self,
-        session: aiohttp.ClientSession,
+        wire: Wire,
         *,
         public_url: str | None,
         callback_secret: str,
@@ -131,14 +136,12 @@ class HttpCaller:
         self.metrics = metrics
         #: The time of signatures and of ``Retry-After`` dates.
         self.clock = clock or Clock()
-        #: The URL and headers of each execution's (or step's) poll, while it is polled.
-        self._polls: Recent[
-            tuple[str, datetime | None], tuple[CallSettings, URL, CIMultiDict[str] | None]
-        ] = Recent(self.clock.ticks)
+        #: The URL, headers and request bytes of each execution's (or step's) poll, while it
+        #: is polled (a signed poll's are made for each call: its time is in the signature).
+        self._polls: Recent[tuple[str, datetime | None], _Prepared] = Recent(self.clock.ticks)
         self._children: dict[tuple[str, OutcomeKind], tuple[Counter, Histogram]] = {}
-        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
         self._bodies: dict[int, tuple[CallSettings, bytes, URL]] = {}
-        self.session = session
+        self.wire = wire
         self.public_url = public_url.rstrip("/") if public_url else None
         self.callback_secret = callback_secret
         #: The Redis stream a service may push reports to (``X-Ecron-Report-Stream``).
@@ -162,11 +165,14 @@ class HttpCaller:
         prepared = self._polls.get(key)
         if prepared is None or prepared[0] is not call:  # new, or the config was reloaded
             url = expand(call.poll_url, call, ctx)
-            headers = None if call.secret else self.headers("GET", url, call, ctx, b"")
-            prepared = (call, url, headers)
+            if call.secret:
+                prepared = (call, url, None, None)
+            else:
+                made = self.headers("GET", url, call, ctx, b"")
+                prepared = (call, url, made, request_bytes("GET", url, made))
             self._polls.put(key, prepared)
-        _, url, headers = prepared
-        return await self._request("GET", url, call, ctx, b"", headers)
+        _, url, headers, request = prepared
+        return await self._request("GET", url, call, ctx, b"", headers, request=request)
 
     async def cancel(self, call: CallSettings, ctx: CallContext) -> CallOutcome:
         """``DELETE {cancel_url}``."""
@@ -234,13 +240,17 @@ class HttpCaller:
         *,
         read: Reader | None = None,
         name: str | None = None,
+        request: bytes | None = None,
     ) -> CallOutcome:
         """One call; ``read`` reads its answer (``classify`` by default), ``name`` is its
-        ``call`` label in the metrics (by default the protocol's name of ``method``)."""
+        ``call`` label in the metrics (by default the protocol's name of ``method``);
+        ``request``: its bytes, when prepared ahead (with ``headers``)."""
         started = time.monotonic()
         if headers is None:  # signed calls are never prepared ahead: the time is in the signature
             headers = self.headers(method, url, call, ctx, body)
-        outcome = await self._send(method, url, call, body, headers, read or classify)
+        if request is None:
+            request = request_bytes(method, url, headers, body)
+        outcome = await self._send(url, call, request, headers, read or classify)
         if outcome.detail:  # it becomes an execution's message: it quotes no secret
             outcome = replace(outcome, detail=scrubbed(outcome.detail, headers))
         if self.metrics is not None:
@@ -264,39 +274,20 @@ class HttpCaller:
 
     async def _send(
         self,
-        method: str,
         url: URL,
         call: CallSettings,
-        body: bytes,
-        headers: CIMultiDict[str],
+        request: bytes,
+        headers: Mapping[str, str],
         read: Reader,
     ) -> CallOutcome:
         seconds = call.request_timeout.total_seconds()
-        timeout = self._timeouts.get(seconds)
-        if timeout is None:
-            timeout = self._timeouts[seconds] = aiohttp.ClientTimeout(
-                total=seconds, sock_connect=seconds
-            )
         try:
-            async with self.session.request(
-                method,
-                url,
-                data=body or None,
-                headers=headers,
-                timeout=timeout,
-                allow_redirects=False,
-                middlewares=_EVERY_TRY_COUNTED,
-            ) as response:
-                content, too_big = await read_capped(response, self.body_limit)
-                return read(response.status, content, too_big, response.headers, self.clock.now)
-        except aiohttp.ConnectionTimeoutError as exc:
-            return CallOutcome(OutcomeKind.UNSENT, detail=f"connect timed out: {exc}")
-        except aiohttp.ClientConnectorError as exc:
-            return CallOutcome(OutcomeKind.UNSENT, detail=f"could not connect: {exc}")
-        except TimeoutError:
-            return CallOutcome(OutcomeKind.NO_ANSWER, detail=f"no answer within {seconds:g}s")
-        except aiohttp.ClientError as exc:
-            return CallOutcome(OutcomeKind.NO_ANSWER, detail=f"{type(exc).__name__}: {exc}")
+            answer = await self.wire.call(url, request, seconds, self.body_limit)
+        except Unsent as exc:
+            return CallOutcome(OutcomeKind.UNSENT, detail=exc.detail)
+        except NoAnswer as exc:
+            return CallOutcome(OutcomeKind.NO_ANSWER, detail=exc.detail)
+        return read(answer.status, answer.body, answer.too_big, answer.headers, self.clock.now)
 
 
 def scrubbed(detail: str, headers: Mapping[str, str]) -> str:
@@ -311,45 +302,6 @@ def scrubbed(detail: str, headers: Mapping[str, str]) -> str:
             if len(part) >= 16 and part in detail:
                 detail = detail.replace(part, REDACTED)
     return detail
-
-
-class CallDropped(EcronError, aiohttp.ClientConnectionError):
-    """The connection dropped after the request went out (a reset, the server closing it):
-    no answer. Raised instead of aiohttp's own error so that aiohttp does not send a GET
-    or DELETE again by itself (it does for those two after such an error, RFC 9112 §9.3.1):
-    ecron counts every try itself (one more cancel, probe failures), so it must see each."""
-
-
-async def _every_try_counted(
-    request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
-) -> aiohttp.ClientResponse:
-    """A client middleware (aiohttp's public hook, around each try): a dropped connection
-    ends the call instead of being retried inside aiohttp."""
-    try:
-        return await handler(request)
-    except aiohttp.ClientConnectorError:
-        raise  # nothing was sent (a subclass of ClientOSError, never retried by aiohttp)
-    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-        raise CallDropped(str(exc) or type(exc).__name__) from exc
-
-
-_EVERY_TRY_COUNTED = (_every_try_counted,)
-
-
-async def read_capped(response: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
-    """The body, or ``(first bytes, True)`` when it is longer than ``limit``."""
-    if response.content_length is not None:
-        if response.content_length > limit:
-            return b"", True
-        return await response.read(), False  # the common case: one read of a known length
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.content.iter_chunked(64 * 1024):
-        size += len(chunk)
-        if size > limit:
-            return b"", True
-        chunks.append(chunk)
-    return b"".join(chunks), False
 
 
 def classify(
@@ -415,7 +367,8 @@ def _retry_after(headers: Mapping[str, str] | None, now: Callable[[], datetime])
     """Seconds a ``Retry-After`` asks for (RFC 9110: ASCII digits, or an HTTP date), at most
     ``MAX_RETRY_AFTER``; None when there is none or it is malformed (the answer is then a
     plain 429 or 503, retried with backoff)."""
-    value = None if headers is None else headers.get("Retry-After")
+    # an answer's header names are in lower case (``Wire``); a case-blind mapping finds it so too
+    value = None if headers is None else headers.get("retry-after")
     if not value:
         return None
     text = str(value).strip()

@@ -1,4 +1,4 @@
-"""A scheduler and executor wired to a real store and a real HTTP session, driven by a clock
+"""A scheduler and executor wired to a real store and real HTTP connections, driven by a clock
 the test moves by hand: fire-time rules are tested without waiting for fire times."""
 
 from __future__ import annotations
@@ -9,14 +9,13 @@ from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-import aiohttp
-
 from ecron.clock import Clock
 from ecron.commands import Commands
 from ecron.config.model import DaemonSettings, TaskSpec
 from ecron.core import Execution, Status
 from ecron.engine import Engine
 from ecron.executor.http import HttpCaller
+from ecron.executor.wire import Wire
 from ecron.parts import Parts
 from ecron.patrol import Patrol
 from ecron.planning import FirstFireTimes
@@ -165,8 +164,8 @@ async def rig(
     by_name = {spec.name: spec for spec in specs}
     await store.sync_tasks(by_name, FirstFireTimes(now))
     settings = DaemonSettings(database=database_url, prefetch=prefetch, poll_workers=4)
-    session = aiohttp.ClientSession()
-    caller = HttpCaller(session, public_url=None, callback_secret="test", clock=clock)
+    wire = Wire()
+    caller = HttpCaller(wire, public_url=None, callback_secret="test", clock=clock)
     parts = Parts.build(
         store=store,
         caller=caller,
@@ -186,5 +185,5 @@ async def rig(
         workers.cancel()
         with suppress(asyncio.CancelledError):
             await workers
-        await session.close()
+        await wire.close()
         await store.close()
