@@ -497,12 +497,12 @@ def jobs_as_planned(service: UserService, plans: list[tuple[float, bool]]) -> No
 
 
 async def until_ended(daemon: Daemon, clock: FakeClock, eid: str, cancel_after: int = 0) -> None:
-    """Move the clock 5 minutes at a time (the tasks' poll interval), each step carried out,
-    until execution ``eid`` has ended; after ``cancel_after`` steps, cancel it through the
-    API."""
+    """Move the clock 10 minutes at a time (the tasks' poll interval), each step carried
+    out, until execution ``eid`` has ended; after ``cancel_after`` steps, cancel it through
+    the API."""
     for steps in itertools.count(1):
-        clock.advance(timedelta(minutes=5))
-        await wait_for(lambda: daemon.engine.settled(clock.now()), timeout=10)
+        clock.advance(timedelta(minutes=10))
+        await wait_for(lambda: daemon.engine.settled(clock.now()), timeout=10, interval=0.005)
         if steps == cancel_after:
             await api(daemon, "POST", f"/executions/{eid}/cancel")
         execution = await daemon.store.get_execution(eid)
@@ -542,11 +542,11 @@ async def test_the_front_page_draws_the_last_24_hours_one_bar_per_run_from_trigg
     jobs_as_planned(user_service, plans)
     url = f"{user_service.url}/jobs/day"
     specs = [
-        task(name, url, poll_interval="5m", task_timeout="8h")
+        task(name, url, poll_interval="10m", task_timeout="8h")
         for name in ("nightly-report", "sync-users")
     ]
     specs.append(
-        task("cleanup", url, poll_interval="5m", retry={"max_attempts": 1, "backoff": "5m"})
+        task("cleanup", url, poll_interval="10m", retry={"max_attempts": 1, "backoff": "5m"})
     )
     async with make_daemon(specs, clock=clock, lease_ttl="1d") as daemon:
         retried = cancelled = ""
@@ -554,7 +554,7 @@ async def test_the_front_page_draws_the_last_24_hours_one_bar_per_run_from_trigg
             clock.set(start + timedelta(minutes=minutes))
             await wait_for(lambda: daemon.engine.settled(clock.now()), timeout=10)
             eid = await run_once(daemon, name)
-            await until_ended(daemon, clock, eid, cancel_after=6 if minutes == 640 else 0)
+            await until_ended(daemon, clock, eid, cancel_after=3 if minutes == 640 else 0)
             cancelled = eid if minutes == 640 else cancelled
             if name == "cleanup" and not retried:
                 retried = await wait_for(partial(retry_of, daemon, eid), timeout=10)
