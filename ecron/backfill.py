@@ -16,6 +16,7 @@ keeps a fire time from ever running twice. Nothing here does I/O or reads a cloc
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from contextlib import suppress
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from ecron.config.model import TaskSpec
 from ecron.core import Execution, TriggerKind
 from ecron.errors import EcronError
 from ecron.planning import Claim, claimed
-from ecron.schedules import ScheduleKind
+from ecron.schedules import ScheduleKind, zone
 
 #: At most this many fire times in one backfill's period (a longer one is refused: it is
 #: asked again in parts, each answer readable and each insert one bounded transaction).
@@ -87,9 +88,10 @@ _EXAMPLE = '{"from": "2026-11-01T00:00:00Z", "to": "2026-11-08T00:00:00Z", "dry_
 _FIELDS = ("from", "to", "dry_run")
 
 
-def read_request(task: str, body: Any) -> tuple[datetime, datetime, bool]:
+def read_request(task: str, body: Any, timezone: str = "UTC") -> tuple[datetime, datetime, bool]:
     """The period ``[from, to)`` and ``dry_run`` of a backfill request's JSON ``body``
-    about ``task``; ``BadBackfill`` naming the field that is missing, unknown or wrong."""
+    about ``task`` (whose zone, ``timezone``, reads a date); ``BadBackfill`` naming the
+    field that is missing, unknown or wrong."""
     if not isinstance(body, dict):
         raise BadBackfill(
             f"task {task!r}: the body must be a JSON object, like {_EXAMPLE}", "body", None
@@ -111,23 +113,33 @@ def read_request(task: str, body: Any) -> tuple[datetime, datetime, bool]:
             "dry_run",
             dry_run,
         )
-    return read_moment(task, body["from"], "from"), read_moment(task, body["to"], "to"), dry_run
+    start = read_moment(task, body["from"], "from", timezone)
+    return start, read_moment(task, body["to"], "to", timezone), dry_run
 
 
-def read_moment(task: str, value: Any, field: str) -> datetime:
-    """A request's ``from`` or ``to``: RFC 3339 text with its offset (``Z`` or ``+02:00``),
-    in UTC. A time without an offset is refused: it could be read in UTC or in the task's
-    zone, and a backfill of the wrong hours cannot be taken back."""
+#: A date alone: its midnight in the task's zone (DESIGN.md, "Backfill").
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+
+
+def read_moment(task: str, value: Any, field: str, timezone: str = "UTC") -> datetime:
+    """A request's ``from`` or ``to``, in UTC: RFC 3339 text with its offset (``Z`` or
+    ``+02:00``), or a date alone (``2026-11-01``), read as its midnight in the task's zone
+    ``timezone``. A time of day without an offset is refused: it could be read in UTC or in
+    the task's zone, and a backfill of the wrong hours cannot be taken back."""
     wrong = f"task {task!r}: field {field!r}: {value!r}"
-    example = "write it like 2026-11-01T00:00:00Z"
+    example = "write it like 2026-11-01T00:00:00Z, or a date (2026-11-01)"
     when = None
     if isinstance(value, str):
         with suppress(ValueError):
             when = datetime.fromisoformat(value.strip())
+        if when is not None and _DATE.fullmatch(value.strip()):
+            when = when.replace(tzinfo=zone(timezone))  # its midnight there
     if when is None:
         raise BadBackfill(f"{wrong} is not a time: {example}", field, value)
     if when.tzinfo is None:
-        raise BadBackfill(f"{wrong} has no UTC offset: {example} (or +02:00)", field, value)
+        raise BadBackfill(
+            f"{wrong} has no UTC offset: {example} (or +02:00 for a time of day)", field, value
+        )
     try:
         return when.astimezone(UTC)
     except OverflowError:  # 0001-01-01 east of UTC, 9999-12-31 west of it

@@ -7,6 +7,7 @@ and the field."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from click.testing import CliRunner
 
 import ecron.starts as starts_module
 from ecron.backfill import (
@@ -22,10 +24,12 @@ from ecron.backfill import (
     period_fire_times,
     read_request,
 )
+from ecron.cli import audit_cmd, cli  # noqa: F401  (registers the command)
 from ecron.clock import iso
 from ecron.config.model import TaskSpec
 from ecron.config.rules import PoolSpec
 from ecron.core import Execution, Status, TriggerKind
+from ecron.core.audit import AuditQuery
 from ecron.daemon import Daemon
 from ecron.planning import Claim, FirstFireTimes, plan_fires
 from tests.conftest import DaemonFactory, task
@@ -211,7 +215,51 @@ def test_a_request_reads_times_with_any_offset_in_utc() -> None:
     )
 
 
+def test_a_date_is_its_midnight_in_the_tasks_zone_and_a_time_of_day_needs_an_offset() -> None:
+    """``2026-11-08`` for a task in New York is 05:00 UTC (EST); ``2026-11-08T00:00:00``
+    without an offset is still refused, naming the field."""
+    start, end, _ = read_request(
+        "t", {"from": "2026-11-08", "to": "2026-11-15"}, "America/New_York"
+    )
+    assert (start, end) == (at("2026-11-08T05:00:00Z"), at("2026-11-15T05:00:00Z"))
+    assert read_request("t", {"from": "2026-11-08", "to": WEEK_TO})[0] == at(WEEK_FROM)
+    with pytest.raises(BadBackfill) as refused:
+        read_request("t", {"from": "2026-11-08T00:00:00", "to": WEEK_TO}, "America/New_York")
+    assert refused.value.field == "from" and "has no UTC offset" in str(refused.value)
+
+
 # -- through the API, against a real user service ----------------------------------------
+
+
+async def test_dates_are_read_in_the_tasks_zone_and_the_audit_says_the_period_and_if_dry(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """A backfill of New York's 8 to 15 November given as dates, once as a dry run and once
+    for real: both answer the period from 05:00 UTC (midnight in New York) and the same 5
+    fire times; the audit log has each request with its period and whether it was a dry
+    run, and ``ecron audit`` says so in its detail column (the period in the task's zone)."""
+    clock = FakeClock(NOW)
+    spec = report_task(f"{user_service.url}/jobs/report")
+    async with make_daemon([spec], clock=clock) as daemon:
+        body = {"from": "2026-11-08", "to": "2026-11-15"}
+        dry = await post(daemon, "report", {**body, "dry_run": True})
+        real = await post(daemon, "report", body)
+        entries = (await daemon.audit.page(AuditQuery(action="backfill", limit=10))).items
+        env = {"COLUMNS": "120", "ECRON_API_URL": f"http://127.0.0.1:{daemon.port}"}
+        shown = await asyncio.to_thread(CliRunner().invoke, cli, ["audit"], env=env)
+    period = {"from": "2026-11-08T05:00:00.000Z", "to": "2026-11-15T05:00:00.000Z"}
+    for status, answer in (dry, real):
+        assert (answer["from"], answer["to"]) == (period["from"], period["to"])
+        assert answer["fire_times"] == [iso(when) for when in WEEK], status
+    assert (dry[0], real[0]) == (200, 202)
+    assert [entry.detail for entry in entries] == [
+        {**period, "dry_run": False},
+        {**period, "dry_run": True},
+    ]
+    rows = [line.rstrip() for line in shown.output.splitlines() if " backfill " in line]
+    assert shown.exit_code == 0 and len(rows) == 2, shown.output
+    assert rows[0].endswith("2026-11-08 00:00:00 EST to 2026-11-15 00:00:00 EST"), rows
+    assert rows[1].endswith("2026-11-08 00:00:00 EST to 2026-11-15 00:00:00 EST (dry run)"), rows
 
 
 class Concurrency:

@@ -148,23 +148,29 @@ async def test_an_id_missing_from_the_reports_is_unknown_and_ends_it_lost(
 
 
 @pytest.mark.parametrize(
-    ("bad", "reason"),
+    ("bad", "reason", "said"),
     [
-        (answer(500, {"error": "busy"}), Reason.UNREACHABLE),
-        (answer(404, {"error": "no such route"}), Reason.UNREACHABLE),
-        (answer(403, {"error": "no"}), Reason.UNREACHABLE),
-        (answer(200, text="<html>busy</html>"), Reason.PROTOCOL_ERROR),
-        (answer(200, {"status": "RUNNING"}), Reason.PROTOCOL_ERROR),
-        (answer(200, {"reports": [1, 2]}), Reason.PROTOCOL_ERROR),
+        (answer(500, {"error": "busy"}), Reason.UNREACHABLE, 'HTTP 500: {"error": "busy"}'),
+        (
+            answer(404, {"error": "no such route"}),
+            Reason.UNREACHABLE,
+            'HTTP 404: {"error": "no such route"}',
+        ),
+        (answer(403, {"error": "no"}), Reason.UNREACHABLE, 'HTTP 403: {"error": "no"}'),
+        (answer(200, text="<html>busy</html>"), Reason.PROTOCOL_ERROR, "HTTP 200, not a report"),
+        (answer(200, {"status": "RUNNING"}), Reason.PROTOCOL_ERROR, "HTTP 200, not a report"),
+        (answer(200, {"reports": [1, 2]}), Reason.PROTOCOL_ERROR, "HTTP 200, not a report"),
     ],
     ids=["500", "404", "403", "html-200", "no-reports", "reports-not-an-object"],
 )
 async def test_a_bad_batch_answer_is_a_failed_probe_for_every_id_in_it(
-    database_url: str, batch: BatchService, bad: BatchAnswer, reason: Reason
+    database_url: str, batch: BatchService, bad: BatchAnswer, reason: Reason, said: str
 ) -> None:
     """Two bad answers in a row (max_probe_failures 2) end both executions in the call:
     unreachable after a non-2xx (a 404 too: the endpoint is missing, the ids are not
-    unknown), protocol_error after a 2xx without a ``reports`` object."""
+    unknown), protocol_error after a 2xx without a ``reports`` object; each one's message
+    says what the batch poll's service answered (``batch poll answered HTTP 500:
+    {"error": "busy"}``)."""
     async with rig(database_url, [batch_task(batch, max_probe_failures=2)], T0) as r:
         eids = await started(r, 2)
         batch.script = [bad, bad]
@@ -177,6 +183,10 @@ async def test_a_bad_batch_answer_is_a_failed_probe_for_every_id_in_it(
     assert [(e.status, e.reason, e.probe_failures) for e in ended] == [
         (Status.FAILED, reason, 2)
     ] * 2
+    for e in ended:
+        assert (e.message or "").startswith(
+            f"2 failed probes in a row; last: batch poll answered {said}"
+        )
     assert batch.per_id_polls == 0
 
 

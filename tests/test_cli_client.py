@@ -1,6 +1,7 @@
 """The client commands in a terminal of 80 columns, against a live daemon and a real user
-service: short ids that can be copied back, relative times, ``--wide``, ``--json``,
-``watch``, unique prefixes, one-line errors, and Ctrl-C leaving the execution running."""
+service: short ids that can be copied back, wall times in each task's zone (``--utc``),
+``--wide``, ``--json``, ``watch``, unique prefixes, one-line errors, and Ctrl-C leaving the
+execution running."""
 
 from __future__ import annotations
 
@@ -25,12 +26,13 @@ from aiohttp import web
 from click.testing import CliRunner, Result
 
 from ecron.cli import action_cmds, client_cmds, watch  # noqa: F401  (registers commands)
-from ecron.cli.display import absolute, relative, short_length
+from ecron.cli.display import relative, short_length
 from ecron.cli.group import cli
 from ecron.clock import iso
 from ecron.config.model import TaskSpec
 from ecron.core import Execution, Reason, Status, TriggerKind
 from ecron.daemon import Daemon
+from ecron.wall import took, wall, wall_today
 from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, reply, run_once
 from tests.support.processes import finished, reaped
@@ -38,8 +40,12 @@ from tests.support.service import UserService, wait_for
 
 #: The worktree, whose ``ecron`` the subprocesses run.
 ROOT = Path(__file__).resolve().parent.parent
-#: What a relative time looks like in a table.
-RELATIVE = r"(now|\d+ (s|min|h) ago|in \d+ (s|min|h))"
+#: A time to the millisecond (a schedule's own text, ``from 2026-12-03T14:30:05.817Z``,
+#: aside).
+MILLISECONDS = r"\d\d:\d\d:\d\d\.\d{3}(?!Z)"
+#: What a time looks like in a table: to the second, with its zone, no milliseconds (a
+#: day other than today has its month and day first).
+WALL = r"((Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) \d\d )?\d\d:\d\d:\d\d [A-Z]{2,6}"
 
 
 @pytest.fixture
@@ -60,7 +66,8 @@ def logs_to_stderr() -> Iterator[None]:
 
 @pytest.fixture
 async def daemon(make_daemon: DaemonFactory, user_service: UserService) -> AsyncIterator[Daemon]:
-    """A daemon with a short job, a long one, a failing one and a three-step one."""
+    """A daemon with a short job, a long one, a failing one, a 02:30 one in Asia/Shanghai,
+    one whose service answers 500 and a three-step one."""
     user_service.durations.update(quick=0.3, long=30.0)
     url = user_service.url
     # Hourly from half an hour after now: a test never sees it fire. (Plain ``every: 1h``
@@ -71,6 +78,8 @@ async def daemon(make_daemon: DaemonFactory, user_service: UserService) -> Async
         task("quick", f"{url}/jobs/quick", concurrency="allow"),
         task("long", f"{url}/jobs/long", schedule=hourly),
         task("broken", f"{url}/jobs/broken"),
+        task("nightly", f"{url}/jobs/quick", schedule="30 2 * * *", timezone="Asia/Shanghai"),
+        task("disk", f"{url}/jobs/disk", trigger_retry={"attempts": 1}),
         TaskSpec.model_validate(
             {
                 "name": "etl",
@@ -108,12 +117,13 @@ def table_rows(output: str) -> list[list[str]]:
     return [re.split(r"\s{2,}", line.strip()) for line in lines[rule + 1 :] if line.strip()]
 
 
-async def test_executions_fit_80_columns_with_short_copyable_ids_and_relative_times(
+async def test_executions_fit_80_columns_with_short_copyable_ids_and_wall_times(
     daemon: Daemon, user_service: UserService
 ) -> None:
     """Every line fits 80 columns; each id is the shortest prefix (8 at least) telling
-    apart those shown, whole and accepted by ``ecron show``; times read ``3 s ago`` and a
-    running execution's end ``in 30 s`` (its ETA); a long message is cut, not the rest."""
+    apart those shown, whole and accepted by ``ecron show``; times are wall times of the
+    task's zone to the second (``14:05:09 UTC``), how long each ended one took is shown
+    (``0.3 s``; ``-`` while one runs); a long message is cut with ``…``, not the rest."""
     done = [await run_once(daemon, "quick") for _ in range(3)]
     for eid in done:
         await ended(daemon, eid)
@@ -126,6 +136,7 @@ async def test_executions_fit_80_columns_with_short_copyable_ids_and_relative_ti
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert all(len(line) <= 80 for line in lines), result.output
+    assert lines[0].split() == ["id", "task", "status", "scheduled", "took", "message"]
     rows = table_rows(result.output)
     ids = [row[0] for row in rows]
     everyone = [running, failed, *reversed(done)]
@@ -134,13 +145,85 @@ async def test_executions_fit_80_columns_with_short_copyable_ids_and_relative_ti
     assert len(set(ids)) == len(ids)
     by_id = dict(zip(ids, rows, strict=True))
     assert re.fullmatch(r"RUNNING \d+%", by_id[running[:length]][2])
-    assert re.fullmatch(r"in \d+ (s|min)", by_id[running[:length]][4])
+    assert by_id[running[:length]][4] == "-"
     assert by_id[failed[:length]][2] == "FAILED (remote_failed)"
     assert by_id[failed[:length]][-1].endswith("…")
+    for eid in done:
+        assert re.fullmatch(r"0\.\d s", by_id[eid[:length]][4]), by_id[eid[:length]]
     for row in rows:
-        assert re.fullmatch(RELATIVE, row[3]), row
+        assert re.fullmatch(WALL, row[3]), row
     shown = await ecron(daemon, "show", ids[1])
     assert shown.exit_code == 0 and failed in shown.output
+
+
+async def test_a_0230_shanghai_job_shows_0230_with_its_zone_and_utc_shows_1830(
+    daemon: Daemon,
+) -> None:
+    """In 80 columns, the 02:30 Asia/Shanghai job's next fire time (``tasks``, ``tasks
+    --next``), a backfilled run of it (``executions``, ``show``) and its backfill's period
+    are shown at 02:30 with the zone, to the second and no milliseconds; ``--utc`` shows
+    the same moments at 18:30 UTC."""
+    day = (datetime.now(UTC) + timedelta(hours=8)).date() - timedelta(days=2)
+    period = ["--from", day.isoformat(), "--to", (day + timedelta(days=1)).isoformat()]
+    backfilled = await ecron(daemon, "backfill", "nightly", *period)
+    assert backfilled.exit_code == 0, backfilled.output
+    eid = backfilled.output.splitlines()[1].split()[1]
+    assert backfilled.output.splitlines()[0] == (
+        f"nightly: {day} 00:00:00 CST to {day + timedelta(days=1)} 00:00:00 CST"
+    )
+    await ended(daemon, eid)
+    for utc, clock, zone in ((False, "02:30:00", "CST"), (True, "18:30:00", "UTC")):
+        extra = ["--utc"] if utc else []
+        outputs = {
+            command[0]: (await ecron(daemon, *command, *extra)).output
+            for command in (["tasks"], ["tasks", "--next", "1"], ["executions"], ["show", eid])
+        }
+        for output in outputs.values():
+            assert all(len(line) <= 80 for line in output.splitlines()), output
+            assert re.search(MILLISECONDS, output) is None, output
+        next_fire = next(r for r in table_rows(outputs["tasks"]) if r[0] == "nightly")[2]
+        assert next_fire.endswith(f"{clock} {zone}"), outputs["tasks"]
+        upcoming = outputs["tasks"].split("fire time")[-1]
+        assert re.search(rf"nightly\s+1\s+\d{{4}}-\d\d-\d\d {clock} {zone}", upcoming), upcoming
+        run = next(r for r in table_rows(outputs["executions"]) if eid.startswith(r[0]))
+        assert run[3].endswith(f"{clock} {zone}"), run
+        scheduled = rf"scheduled_at\s+\d{{4}}-\d\d-\d\d {clock} {zone}\s*\n"
+        assert re.search(scheduled, outputs["show"]), outputs["show"]
+
+
+async def test_a_500_with_an_error_field_is_shown_whole_by_show_and_cut_by_executions(
+    daemon: Daemon, user_service: UserService
+) -> None:
+    """A service answering the trigger 500 ``{"error": "disk full", ...}``: the run ends
+    FAILED trigger_failed, and its message says what happened and what the service said,
+    ``trigger answered HTTP 500: {"error": "disk full"}`` (never "could not be
+    delivered"); ``ecron show`` prints it whole in 80 columns, with when the run ended and
+    how long it took (no deadline, no ETA: it has ended); ``ecron executions`` cuts it with
+    ``…`` to fit them. (``ecron pools``, this daemon having none, says so.)"""
+    said = {"error": "disk full", "trace": "at write() " * 40}
+    user_service.script["POST"] = [reply(500, said)]
+    failed = await ended(daemon, await run_once(daemon, "disk"))
+    message = 'trigger answered HTTP 500: {"error": "disk full"}'
+    assert (failed.status, failed.reason, failed.message) == (
+        Status.FAILED,
+        Reason.TRIGGER_FAILED,
+        message,
+    )
+    shown = await ecron(daemon, "show", failed.eid)
+    assert shown.exit_code == 0 and f"message         {message}\n" in shown.output, shown.output
+    listed = await ecron(daemon, "executions", "--task", "disk")
+    assert all(len(line) <= 80 for line in listed.output.splitlines()), listed.output
+    [row] = table_rows(listed.output)
+    assert row[-1].endswith("…") and message.startswith(row[-1][:-1]), row
+    assert "could not be delivered" not in shown.output
+    assert failed.finished_at is not None and failed.triggered_at is not None
+    assert f"finished_at     {wall(failed.finished_at, 'UTC')}" in shown.output, shown.output
+    took_s = (failed.finished_at - failed.triggered_at).total_seconds()
+    assert f"took            {took(took_s)} (first trigger call to end)" in shown.output
+    assert "\ndeadline " not in shown.output and "\neta " not in shown.output, shown.output
+    pools = await ecron(daemon, "pools")
+    assert pools.exit_code == 0 and pools.output.startswith("no pools: the config defines none")
+    assert all(len(line) <= 80 for line in pools.output.splitlines()), pools.output
 
 
 async def _progressing(daemon: Daemon, eid: str) -> bool:
@@ -148,48 +231,48 @@ async def _progressing(daemon: Daemon, eid: str) -> bool:
     return execution is not None and execution.status is Status.RUNNING and execution.progress > 0
 
 
-async def test_wide_shows_full_ids_absolute_local_times_and_cuts_nothing(
+async def test_wide_shows_full_ids_dated_wall_times_and_cuts_nothing(
     daemon: Daemon, user_service: UserService
 ) -> None:
-    """``--wide``: the whole id, times in the local zone to the millisecond, the whole
-    message, even past 80 columns."""
+    """``--wide``: the whole id, every time with its date in the task's zone to the
+    second (no milliseconds), when it ended, the whole message, even past 80 columns."""
     await fail_next(user_service)
     failed = await ended(daemon, await run_once(daemon, "broken"))
     result = await ecron(daemon, "executions", "--wide")
     assert result.exit_code == 0, result.output
     assert failed.eid in result.output and failed.message is not None
     assert failed.message.strip() in " ".join(result.output.split())
-    assert absolute(failed.scheduled_at) in result.output
-    assert absolute(failed.scheduled_at) == failed.scheduled_at.astimezone().isoformat(
-        sep=" ", timespec="milliseconds"
-    )
+    assert wall(failed.scheduled_at, "UTC") in result.output
+    assert wall(failed.scheduled_at, "UTC") == failed.scheduled_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert failed.finished_at is not None
     for command in (["tasks", "--wide"], ["show", failed.eid[:20], "--wide"]):
         shown = await ecron(daemon, *command)
         assert shown.exit_code == 0 and failed.eid in shown.output, command
-        assert absolute(failed.finished_at) in shown.output  # type: ignore[arg-type]
+        assert wall(failed.finished_at, "UTC") in shown.output
+        assert re.search(MILLISECONDS, shown.output) is None, shown.output
 
 
 async def test_tasks_show_the_next_fire_time_and_the_last_result(
     daemon: Daemon, user_service: UserService
 ) -> None:
-    """One row per task: its schedule, when it fires next (``in 59 min``; ``paused``
-    while paused), its last run's status, when it ended, and its short id. In 80 columns
-    ``long``'s dated schedule leaves no room for the ``at`` column: it is left out whole."""
+    """One row per task: its schedule, when it fires next (a wall time of its zone;
+    ``paused`` while paused), its last run's status, when it ended, and its short id. In 80
+    columns whole columns are left out, never a name or a schedule cut, and the table says
+    which."""
     eid = await run_once(daemon, "quick")
     await ended(daemon, eid)
     assert (await ecron(daemon, "pause", "broken")).exit_code == 0
     narrow = await ecron(daemon, "tasks")
     assert narrow.exit_code == 0, narrow.output
     assert all(len(line) <= 80 for line in narrow.output.splitlines())
-    header = narrow.output.splitlines()[0]
-    assert header.split() == ["task", "schedule", "next", "fire", "last", "run", "last", "id"]
-    assert "(at left out to fit; --wide shows all)" in narrow.output
-    result = await ecron(daemon, "tasks", columns=100)
+    assert narrow.output.splitlines()[0].split()[:4] == ["task", "schedule", "next", "fire"]
+    assert "left out to fit; --wide shows all)" in narrow.output
+    result = await ecron(daemon, "tasks", columns=140)
     assert result.exit_code == 0, result.output
     rows = {row[0]: row for row in table_rows(result.output)}
     assert rows["quick"][1:4] == ["manual", "-", "SUCCESS"] and rows["quick"][5] == eid[:8]
-    assert re.fullmatch(RELATIVE, rows["quick"][4]) and "in " not in rows["quick"][4]
-    assert re.fullmatch(r"in \d+ min", rows["long"][2]) and rows["long"][3:] == ["-", "-", "-"]
+    assert re.fullmatch(WALL, rows["quick"][4]), rows["quick"]
+    assert re.fullmatch(WALL, rows["long"][2]) and rows["long"][3:] == ["-", "-", "-"]
     assert rows["broken"][2] == "paused"
 
 
@@ -309,8 +392,9 @@ async def test_errors_are_one_line_with_a_non_zero_exit(daemon: Daemon) -> None:
 async def test_backfill_lists_a_periods_fire_times_runs_them_once_and_names_a_bad_field(
     make_daemon: DaemonFactory, user_service: UserService
 ) -> None:
-    """``ecron backfill NAME --from --to``: ``--dry-run`` prints the period, its fire times
-    (New Year's Day at midnight in Tokyo, three of them) and what would run, and creates
+    """``ecron backfill NAME --from --to``: ``--dry-run`` prints the period and its fire times
+    in the task's zone (New Year's Day at midnight in Tokyo, three of them) and what would
+    run, and creates
     nothing; without it, one ``started <id>`` line per new execution, which run one after
     another (``forbid``) and end SUCCESS as backfills; again, nothing starts (all three
     already run); ``--json`` prints the API's answer; a period ending in the future is one
@@ -337,10 +421,10 @@ async def test_backfill_lists_a_periods_fire_times_runs_them_once_and_names_a_ba
         )
     assert dry.exit_code == 0 and created_by_dry == []
     assert dry.output.splitlines() == [
-        "new-year: 2022-12-31T15:00:00.000Z to 2025-12-31T15:00:00.000Z",
-        "2022-12-31T15:00:00.000Z",
-        "2023-12-31T15:00:00.000Z",
-        "2024-12-31T15:00:00.000Z",
+        "new-year: 2023-01-01 00:00:00 JST to 2026-01-01 00:00:00 JST",
+        "2023-01-01 00:00:00 JST",
+        "2024-01-01 00:00:00 JST",
+        "2025-01-01 00:00:00 JST",
         "3 fire times, 0 already run: 3 would run (dry run: nothing was created)",
     ]
     assert all(len(line) <= 80 for line in [*dry.output.splitlines(), *real.output.splitlines()])
@@ -493,18 +577,22 @@ async def _one_running(daemon: Daemon) -> Any:
     return active[0] if active and active[0].status is Status.RUNNING else None
 
 
-def test_relative_times_are_short_and_far_ones_are_local_dates() -> None:
-    """``now``, ``3 s ago``, ``in 2 min``, ``5 h ago``; a day or more away, the local date
-    and time (with the year only when it is another one)."""
-    now = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
-    assert relative(now, now) == "now"
+def test_a_time_is_a_wall_time_of_its_zone_to_the_second_with_its_abbreviation_or_offset() -> None:
+    """``wall``: the date and time in the zone, no milliseconds, and the zone's abbreviation
+    (CST, CEST, UTC) or, for a zone without one, its offset; a table's ``wall_today``
+    leaves out today's date and shortens this year's; ``relative`` says how long ago."""
+    at = datetime(2026, 12, 3, 18, 30, 0, 123000, tzinfo=UTC)
+    assert wall(at, "Asia/Shanghai") == "2026-12-04 02:30:00 CST"
+    assert wall(at, "UTC") == "2026-12-03 18:30:00 UTC"
+    assert wall(at, "Asia/Singapore") == "2026-12-04 02:30:00 +08:00"
+    assert wall(at, "Asia/Kathmandu") == "2026-12-04 00:15:00 +05:45"
+    assert wall(datetime(2027, 3, 28, 1, 30, tzinfo=UTC), "Europe/Berlin").endswith("03:30:00 CEST")
+    now = datetime(2026, 12, 4, 1, 0, tzinfo=UTC)  # 09:00 on the 4th in Shanghai
+    assert wall_today(at, "Asia/Shanghai", now) == "02:30:00 CST"
+    assert wall_today(at, "UTC", now) == "Dec 03 18:30:00 UTC"
+    assert wall_today(at - timedelta(days=400), "UTC", now) == "2025-10-29 18:30:00 UTC"
     assert relative(now - timedelta(seconds=3.7), now) == "3 s ago"
     assert relative(now + timedelta(minutes=2, seconds=50), now) == "in 2 min"
-    assert relative(now - timedelta(hours=5), now) == "5 h ago"
-    far = now - timedelta(days=3)
-    assert relative(far, now) == far.astimezone().strftime("%b %d %H:%M")
-    older = datetime(2025, 6, 15, 12, 0, tzinfo=UTC)
-    assert relative(older, now) == older.astimezone().strftime("%Y-%m-%d %H:%M")
 
 
 def test_short_ids_are_the_shortest_prefix_that_tells_apart_those_shown() -> None:

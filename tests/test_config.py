@@ -234,7 +234,8 @@ def test_validate_exits_1_and_prints_every_problem_to_stderr(tmp_path: Path) -> 
 
 
 def test_validate_prints_one_line_per_task_with_its_next_fire_time(tmp_path: Path) -> None:
-    """On success each task gets a line: name, schedule, next fire time (RFC 3339 UTC) or ``-``."""
+    """On success each task gets a line: name, schedule, next fire time (a wall time of the
+    task's zone, to the second, with the zone) or ``-``."""
     write_config(
         tmp_path,
         tasks="""\
@@ -251,12 +252,60 @@ def test_validate_prints_one_line_per_task_with_its_next_fire_time(tmp_path: Pat
 
     assert code == 0
     assert [re.split(r"\s{2,}", line) for line in lines] == [
-        ["often", "every 30s", "next: 2026-03-02T08:00:30.000Z"],
-        ["weekdays", "cron 0 9 * * 1-5 (Europe/Paris)", "next: 2026-03-03T08:00:00.000Z"],
+        ["often", "every 30s", "next: 2026-03-02 08:00:30 UTC"],
+        ["weekdays", "cron 0 9 * * 1-5 (Europe/Paris)", "next: 2026-03-03 09:00:00 CET"],
         ["by-hand", "manual", "next: -"],
         ["chained", "after 10m", "next: -"],
         ["dormant", "cron 0 3 * * * (UTC)", "next: -", "(disabled)"],
     ]
+
+
+@pytest.mark.usefixtures("clean_environ")
+def test_validate_fits_80_columns_each_next_fire_time_in_its_tasks_zone_or_in_utc(
+    tmp_path: Path,
+) -> None:
+    """In 80 columns: README's 02:30 Asia/Shanghai task shows its next fire time at 02:30
+    CST, to the second, on its line (``--utc``: 18:30 UTC); beside a long name and a long
+    schedule, every task takes two lines instead of running past the edge."""
+    write_config(
+        tmp_path,
+        a=one_task(
+            "{name: nightly-report, schedule: '30 2 * * *', timezone: Asia/Shanghai, "
+            "url: 'http://s/a'}"
+        ),
+    )
+    runner = CliRunner()
+    local = runner.invoke(cli, ["validate", "-c", str(tmp_path)], env={"COLUMNS": "80"})
+    utc = runner.invoke(cli, ["validate", "-c", str(tmp_path), "--utc"], env={"COLUMNS": "80"})
+    assert local.exit_code == utc.exit_code == 0, local.output
+    assert re.fullmatch(
+        r"nightly-report  cron 30 2 \* \* \* \(Asia/Shanghai\)  next: \d{4}-\d\d-\d\d "
+        r"02:30:00 CST\n",
+        local.stdout,
+    ), local.stdout
+    assert re.search(r"next: \d{4}-\d\d-\d\d 18:30:00 UTC\n$", utc.stdout), utc.stdout
+    write_config(
+        tmp_path,
+        b=one_task(
+            "{name: page-the-on-call-engineer, schedule: {after_task: nightly-report, "
+            "on: [FAILED, TIMED_OUT]}, url: 'http://s/b'}"
+        ),
+    )
+    both = runner.invoke(cli, ["validate", "-c", str(tmp_path)], env={"COLUMNS": "80"})
+    lines = both.stdout.splitlines()
+    assert both.exit_code == 0 and all(len(line) <= 80 for line in lines), both.stdout
+    assert lines[0].split() == [
+        "nightly-report",
+        "cron",
+        "30",
+        "2",
+        "*",
+        "*",
+        "*",
+        "(Asia/Shanghai)",
+    ]
+    assert re.fullmatch(r"    next: \d{4}-\d\d-\d\d 02:30:00 CST", lines[1]), lines
+    assert lines[3] == "    next: -", lines
 
 
 @pytest.mark.usefixtures("clean_environ")

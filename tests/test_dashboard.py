@@ -20,7 +20,15 @@ from tests.support.processes import finished
 from tests.support.service import UserService, wait_for
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-SCRIPTS = ("dashboard.js", "view.js", "home.js", "execution.js", "audit.js", "task.js")
+SCRIPTS = (
+    "dashboard.js",
+    "view.js",
+    "home.js",
+    "execution.js",
+    "audit.js",
+    "task.js",
+    "drawings.js",
+)
 FILES = ("dashboard.css", *SCRIPTS)
 
 

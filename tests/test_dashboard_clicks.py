@@ -309,7 +309,7 @@ async def test_the_execution_page_shows_steps_the_resume_chain_and_a_timeline(
         wanted = ["recorded", "step 2 (load) started", "step 2 (load) ended SUCCESS"]
         found = [next(i for i, line in enumerate(events) if want in line) for want in wanted]
         assert found == sorted(found), events
-        assert " ended SUCCESS " in events[-1], events
+        assert " ended SUCCESS" in events[-1], events
 
         await page.click(f'#chain a[href="#/executions/{first}"]', "the link to the failed one")
         await page.wait_text(

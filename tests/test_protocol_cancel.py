@@ -106,7 +106,8 @@ async def test_the_deadline_is_enforced_even_when_the_service_never_answers_agai
 async def test_the_cancel_answer_decides_whether_it_was_acknowledged(
     make_daemon: DaemonFactory, user_service: UserService, answer: Any, acknowledged: bool
 ) -> None:
-    """2xx (with or without a report) and 404 acknowledge; another 4xx does not. One DELETE."""
+    """2xx (with or without a report) and 404 acknowledge; another 4xx does not, and the
+    execution's message then says what the service answered. One DELETE."""
     user_service.script["DELETE"] = [answer]
     async with make_daemon(never_ending(user_service)) as daemon:
         eid = await run_once(daemon, "job")
@@ -114,6 +115,8 @@ async def test_the_cancel_answer_decides_whether_it_was_acknowledged(
     assert execution.status is Status.TIMED_OUT
     assert execution.cancel_acknowledged is acknowledged
     assert user_service.methods_for(eid).count("DELETE") == 1
+    said = '; cancel answered HTTP 400: {"error": "no"}'
+    assert (execution.message or "").endswith(said) is not acknowledged, execution.message
 
 
 @pytest.mark.parametrize(

@@ -49,14 +49,23 @@ async def test_a_service_that_forgets_an_accepted_execution_ends_it_lost(
 
 
 @pytest.mark.parametrize(
-    "answer",
-    [reply(403, {"error": "no"}), reply(500), reply(503), reply(429), slow(1.0), reset()],
+    ("answer", "said"),
+    [
+        (reply(403, {"error": "no"}), 'poll answered HTTP 403: {"error": "no"}'),
+        (reply(500, {"message": "disk full"}), 'poll answered HTTP 500: {"message": "disk full"}'),
+        (reply(503, text="<h1>Service Unavailable</h1>"), "poll answered HTTP 503: <h1>Service"),
+        (reply(429), "poll answered HTTP 429"),
+        (slow(1.0), "the poll was sent, but not answered: no answer within 0.3s"),
+        (reset(), "the poll was sent, but not answered"),
+    ],
     ids=["403", "500", "503", "429", "timeout", "reset"],
 )
 async def test_polls_that_keep_failing_end_it_unreachable_after_max_probe_failures(
-    make_daemon: DaemonFactory, user_service: UserService, answer: Any
+    make_daemon: DaemonFactory, user_service: UserService, answer: Any, said: str
 ) -> None:
-    """Any failed poll (4xx, 5xx, timeout, reset) counts; 3 in a row end it FAILED unreachable."""
+    """Any failed poll (4xx, 5xx, timeout, reset) counts; 3 in a row end it FAILED
+    unreachable, its message saying what became of the last poll and what the service said
+    (``poll answered HTTP 500: {"message": "disk full"}``)."""
     user_service.duration = 60
     user_service.script["GET"] = times(3, answer)
     async with make_daemon(job(user_service, request_timeout="300ms")) as daemon:
@@ -65,6 +74,7 @@ async def test_polls_that_keep_failing_end_it_unreachable_after_max_probe_failur
     assert (execution.status, execution.reason) == (Status.FAILED, Reason.UNREACHABLE)
     assert user_service.methods_for(eid) == ["POST", "GET", "GET", "GET"]
     assert execution.probe_failures == 3
+    assert (execution.message or "").startswith(f"3 failed probes in a row; last: {said}")
 
 
 async def test_a_service_that_is_down_altogether_ends_it_unreachable(

@@ -118,7 +118,8 @@ def test_progress_within_alone_is_a_valid_expect() -> None:
         ({"stalled": True, "progress_at": "2026-06-01T11:29:00Z"}, "stalled 31 min"),
         ({"stalled": True, "progress_at": None, "triggered_at": "2026-06-01T10:00:00Z"},
          "stalled 2 h"),
-        ({"stalled": True, "progress_at": "2026-05-20T12:00:00Z"}, "stalled since May 20"),
+        ({"stalled": True, "progress_at": "2026-05-20T12:00:00Z"},
+         "stalled since 2026-05-20 12:00:00 UTC"),
         ({"stalled": True, "progress_at": "2026-06-01T12:05:00Z"}, "stalled"),  # clock behind
         ({"stalled": False, "progress_at": "2026-06-01T11:29:00Z"}, ""),
     ],

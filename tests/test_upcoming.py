@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 from click.testing import CliRunner
 
 from ecron.cli import cli, client_cmds  # noqa: F401  (registers the commands)
-from ecron.cli.display import absolute
 from ecron.clock import iso
+from ecron.wall import wall
 from tests.conftest import DaemonFactory, task
 from tests.support.service import UserService
 from tests.test_daemon import api
@@ -69,6 +69,6 @@ async def test_upcoming_lists_the_next_fire_times_that_will_run_and_the_cli_prin
     assert manual["items"] == [] and chained["items"] == []
     assert paused["paused"] is True and len(paused["items"]) == 1
     assert printed.exit_code == 0, printed.output
-    # local absolute times (with their offset), not ``in 5 h``, even without --wide
-    assert absolute(end) in printed.output and absolute(end + HOUR) in printed.output
+    # wall times of the task's zone with their date and zone, even without --wide
+    assert wall(end, "UTC") in printed.output and wall(end + HOUR, "UTC") in printed.output
     assert "fire time" in printed.output and "┃" not in printed.output  # the CLI's style

@@ -15,9 +15,9 @@ from click.testing import CliRunner
 
 from ecron.api.schemas import Upcoming
 from ecron.cli import cli, client_cmds  # noqa: F401  (registers the commands)
-from ecron.cli.display import absolute
 from ecron.clock import iso
 from ecron.daemon import Daemon
+from ecron.wall import wall as wall_time
 from tests.conftest import DaemonFactory, task
 from tests.support.rig import FakeClock
 from tests.support.service import UserService, wait_for
@@ -31,9 +31,10 @@ def at(text: str) -> str:
     return iso(when.astimezone(UTC)) or ""
 
 
-def local(text: str) -> str:
-    """An instant as the CLI shows fire times: local date and time with its offset."""
-    return absolute(datetime.fromisoformat(text))
+def local(text: str, zone: str = "Europe/Berlin") -> str:
+    """An instant as the CLI shows a task's fire times: its date and time in the task's
+    zone, with the zone."""
+    return wall_time(datetime.fromisoformat(text), zone)
 
 
 def note(when: str | None, wall: str, change: str) -> dict[str, Any]:
@@ -163,9 +164,9 @@ async def test_the_cli_lists_fire_times_from_a_moment_with_a_note_per_dst_change
     make_daemon: DaemonFactory, user_service: UserService
 ) -> None:
     """``ecron tasks --next 3 --from TIME`` prints the fire times of the period with what
-    daylight saving time did to each (``repeated`` twice under ``fold: both``, once under
-    the default ``fold: first``; ``skipped`` on a row of its own); ``--from`` without
-    ``--next`` is a usage error."""
+    daylight saving time did to each, as a sentence (02:30 happens twice: twice under
+    ``fold: both``, once under the default ``fold: first``; does not exist, no run that
+    day, on a row of its own); ``--from`` without ``--next`` is a usage error."""
     url = f"{user_service.url}/jobs/x"
     specs = [
         task("both", url, schedule="30 2 * * *", timezone="Europe/Berlin", dst={"fold": "both"}),
@@ -185,11 +186,14 @@ async def test_the_cli_lists_fire_times_from_a_moment_with_a_note_per_dst_change
         ]
     assert folds.exit_code == 0, folds.output
     # twice for ``fold: both``, once for the other task's first pass (the default)
-    assert folds.output.count(f"repeated {BERLIN_FOLD}") == 3, folds.output
-    # a local absolute time with its offset, as ``--wide`` shows times (not ``in 3 h``)
+    assert folds.output.count("02:30 happens twice on 31 October: runs at 02:30 C") == 3
+    assert "runs at 02:30 CEST" in folds.output and "runs at 02:30 CET" in folds.output
+    # the date and time in the task's zone with the zone, which tells the two 02:30s apart
     assert local("2027-10-31T02:30+01:00") in folds.output, folds.output
+    assert local("2027-10-31T02:30+01:00").endswith("02:30:00 CET")
+    assert local("2027-10-31T02:30+02:00").endswith("02:30:00 CEST")
     assert gaps.exit_code == 0, gaps.output
-    assert f"skipped {BERLIN_GAP}" in gaps.output, gaps.output
+    assert "02:30 does not exist on 28 March: no run that day" in gaps.output, gaps.output
     assert alone.exit_code != 0 and "--from goes with --next" in alone.output
 
 

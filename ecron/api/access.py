@@ -175,6 +175,9 @@ def access_middleware(callers: Callers, origins: Origins, audit: AuditLog) -> An
 
 
 _ACTOR = web.ResponseKey("ecron_actor", str)
+#: What a handler adds to its request's audit entry (a backfill: its period, and whether it
+#: was a dry run), kept on its answer.
+AUDIT_DETAIL = web.ResponseKey("ecron_audit_detail", dict[str, Any])
 
 
 def _refusal(
@@ -219,6 +222,7 @@ def _audit(
         task=task,
         status=answer.status,
         remote=request.remote,
+        detail=answer.get(AUDIT_DETAIL),
     )
 
 

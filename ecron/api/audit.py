@@ -1,4 +1,5 @@
-"""``/api/v1/audit``: who did what (admins only); ``/api/v1/caller``: who the token names."""
+"""``/api/v1/audit``: who did what (admins only); ``/api/v1/caller``: who the token names;
+``/api/v1/about``: the daemon, and the zone of times without a task."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
+import ecron
 from ecron.api import schemas
 from ecron.api.access import CALLER
 from ecron.api.context import NUL, context, error
@@ -64,6 +66,16 @@ async def who(request: web.Request) -> web.Response:
     )
 
 
+@routes.get("/api/v1/about")
+async def about(request: web.Request) -> web.Response:
+    """ecron's version, the node answering, and the daemon's ``timezone``: where the CLI and
+    the dashboard show times that belong to no task."""
+    ctx = context(request)
+    return web.json_response(
+        {"version": ecron.__version__, "node": ctx.node_id, "timezone": ctx.settings.timezone}
+    )
+
+
 _TEXT = {"type": "string"}
 OPERATIONS = (
     Operation(
@@ -99,5 +111,16 @@ OPERATIONS = (
         "The caller the request's token names and its role (`anonymous`, an admin, when the "
         "daemon asks for no token).",
         {200: (schemas.CallerAnswer, "the caller")},
+    ),
+    Operation(
+        "GET",
+        "/api/v1/about",
+        "audit",
+        "About this daemon",
+        "ecron's version, the node that answered, and the daemon's `timezone`: the zone in "
+        "which the CLI and the dashboard show times that belong to no task (the audit log, "
+        "pools); a task's own times are shown in its `timezone`. Times in the API itself are "
+        "RFC 3339 UTC all the same.",
+        {200: (schemas.AboutAnswer, "the daemon")},
     ),
 )

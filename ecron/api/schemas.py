@@ -401,6 +401,17 @@ class CallerAnswer(Answer):
     token_required: bool = Field(description="whether this daemon asks for a token")
 
 
+class AboutAnswer(Answer):
+    """The daemon: its version, this node, and where people see times without a task."""
+
+    version: str = Field(description="ecron's version")
+    node: str = Field(description="the id of the node that answered")
+    timezone: str = Field(
+        description="the daemon's `timezone`: the IANA zone in which the CLI and the "
+        "dashboard show times that belong to no task (a task's own are shown in its zone)"
+    )
+
+
 #: Every model the document names, in the order it lists them.
 MODELS: tuple[type[BaseModel], ...] = (
     ErrorAnswer,
@@ -425,6 +436,7 @@ MODELS: tuple[type[BaseModel], ...] = (
     AuditEntry,
     AuditPage,
     CallerAnswer,
+    AboutAnswer,
     Alive,
     Ready,
     Unready,

@@ -8,6 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ecron.api.access import AUDIT_DETAIL
 from ecron.api.context import NUL, context, error, ignore_body
 from ecron.api.executions import snapshot, snapshots
 from ecron.backfill import BadBackfill, read_moment, read_request
@@ -75,7 +76,8 @@ async def upcoming(request: web.Request) -> web.Response:
     now = context(request).clock.now()
     if "from" in request.query:
         try:
-            start = read_moment(task.name, _plus(request.query["from"]), "from")
+            given = _plus(request.query["from"])
+            start = read_moment(task.name, given, "from", task.spec.timezone)
         except BadBackfill as exc:
             return error(400, str(exc), exc.detail)
         fire_times = task.spec.fire_times
@@ -143,11 +145,13 @@ async def backfill_task(request: web.Request) -> web.Response:
     except (ValueError, RecursionError):  # deep nesting is not a usable body either
         body = None
     try:
-        start, end, dry_run = read_request(name, body)
+        start, end, dry_run = read_request(name, body, commands.specs[name].timezone)
         done = await commands.backfill(name, start, end, dry_run=dry_run)
     except BadBackfill as exc:
         return error(400, str(exc), exc.detail)
-    return web.json_response(done.answer(), status=200 if dry_run else 202)
+    answer = web.json_response(done.answer(), status=200 if dry_run else 202)
+    answer[AUDIT_DETAIL] = {"from": iso(start), "to": iso(end), "dry_run": dry_run}
+    return answer
 
 
 @routes.post("/api/v1/tasks/{name}/pause")

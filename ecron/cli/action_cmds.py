@@ -13,9 +13,9 @@ from rich.markup import escape
 
 from ecron.cli.client import ApiError, segment
 from ecron.cli.client_cmds import print_json
-from ecron.cli.display import status_text
+from ecron.cli.display import Times, Zones, status_text
 from ecron.cli.group import cli
-from ecron.cli.options import api_options, client, fail, json_option
+from ecron.cli.options import api_options, client, fail, json_option, utc_option
 from ecron.cli.watch import exit_code, follow
 
 
@@ -24,8 +24,9 @@ from ecron.cli.watch import exit_code, follow
 @click.option(
     "--wait", is_flag=True, help="Follow the execution with a progress bar until it ends."
 )
+@utc_option
 @api_options
-def trigger(name: str, wait: bool, api: str, token: str | None) -> None:
+def trigger(name: str, wait: bool, utc: bool, api: str, token: str | None) -> None:
     """Run task NAME now. With --wait, exit 0 only if it ends SUCCESS (Ctrl-C: 130, and
     the execution goes on)."""
     api_client = client(api, token)
@@ -41,7 +42,8 @@ def trigger(name: str, wait: bool, api: str, token: str | None) -> None:
             console.print(f"started {snapshot['id']}", soft_wrap=True)
         if not wait:
             return
-        final = follow(api_client, snapshot, console)
+        zone = Zones(api_client, utc).of(snapshot["task"])
+        final = follow(api_client, snapshot, console, zone=zone)
     except ApiError as exc:
         fail(exc)
     raise SystemExit(exit_code(final))
@@ -75,21 +77,23 @@ def pause(name: str, reason: str | None, api: str, token: str | None) -> None:
 
 @cli.command()
 @click.argument("name")
+@utc_option
 @api_options
-def unpause(name: str, api: str, token: str | None) -> None:
-    """Unpause task NAME: its schedule restarts from now."""
+def unpause(name: str, utc: bool, api: str, token: str | None) -> None:
+    """Unpause task NAME: its schedule restarts from now (the next fire time is shown in its
+    zone)."""
     snapshot = _post(api, token, f"/api/v1/tasks/{segment(name)}/unpause")
-    Console().print(
-        f"{escape(name)} unpaused; next fire time {snapshot['next_fire_at'] or '-'}",
-        soft_wrap=True,
-    )
+    zones = Zones(None if utc else client(api, token), utc, {name: snapshot["timezone"]})
+    when = Times(zones, dated=True)(snapshot["next_fire_at"], task=name)
+    Console().print(f"{escape(name)} unpaused; next fire time {when}", soft_wrap=True)
 
 
 @cli.command()
 @click.argument("eid")
 @click.option("--wait", is_flag=True, help="Follow the resume with a progress bar until it ends.")
+@utc_option
 @api_options
-def resume(eid: str, wait: bool, api: str, token: str | None) -> None:
+def resume(eid: str, wait: bool, utc: bool, api: str, token: str | None) -> None:
     """Resume execution EID (its id or a unique prefix) from its first step that did not
     succeed, as a new execution."""
     api_client = client(api, token)
@@ -103,7 +107,8 @@ def resume(eid: str, wait: bool, api: str, token: str | None) -> None:
         )
         if not wait:
             return
-        final = follow(api_client, snapshot, console)
+        zone = Zones(api_client, utc).of(snapshot["task"])
+        final = follow(api_client, snapshot, console, zone=zone)
     except ApiError as exc:
         fail(exc)
     raise SystemExit(exit_code(final))
@@ -116,33 +121,51 @@ def resume(eid: str, wait: bool, api: str, token: str | None) -> None:
     "start",
     required=True,
     metavar="TIME",
-    help="Start of the period, included: RFC 3339 with its offset, like 2026-11-01T00:00:00Z.",
+    help="Start of the period, included: a date (2026-11-01, its midnight in the task's "
+    "zone) or RFC 3339 with its offset (2026-11-01T00:00:00Z).",
 )
 @click.option(
     "--to",
     "end",
     required=True,
     metavar="TIME",
-    help="End of the period, left out; not later than now.",
+    help="End of the period, left out (a date: its midnight, in the task's zone); not later "
+    "than now.",
 )
 @click.option("--dry-run", is_flag=True, help="Only list the fire times; nothing runs.")
 @json_option
+@utc_option
 @api_options
 def backfill(
-    name: str, start: str, end: str, dry_run: bool, as_json: bool, api: str, token: str | None
+    name: str,
+    start: str,
+    end: str,
+    dry_run: bool,
+    as_json: bool,
+    utc: bool,
+    api: str,
+    token: str | None,
 ) -> None:
     """Run the past fire times of task NAME in [--from, --to), oldest first: those its
     schedule, time zone, calendar and blackouts give. A fire time that has an execution
-    already (run, skipped or backfilled before) does not run again."""
+    already (run, skipped or backfilled before) does not run again. Times are shown in the
+    task's zone."""
     body = {"from": start, "to": end, "dry_run": dry_run}
     answer = _post(api, token, f"/api/v1/tasks/{segment(name)}/backfill", body)
     if as_json:
         print_json(answer)
         return
-    console = Console()
-    console.print(f"{escape(name)}: {answer['from']} to {answer['to']}", soft_wrap=True)
-    for when in answer["fire_times"] if dry_run else answer["executions"]:
-        console.print(when if dry_run else f"started {when}", soft_wrap=True)
+    try:
+        zones = Zones(client(api, token), utc)
+        when = Times(zones, dated=True)
+        period = f"{when(answer['from'], task=name)} to {when(answer['to'], task=name)}"
+        console = Console()
+        console.print(f"{escape(name)}: {period}", soft_wrap=True)
+    except ApiError as exc:
+        fail(exc)
+    for moment in answer["fire_times"] if dry_run else answer["executions"]:
+        line = when(moment, task=name) if dry_run else f"started {moment}"
+        console.print(line, soft_wrap=True)
     new = answer["count"] - answer["already_run"]
     console.print(
         f"{answer['count']} fire times, {answer['already_run']} already run: "

@@ -9,10 +9,11 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from ecron.cli.client import ApiError
 from ecron.cli.client_cmds import get, print_json
-from ecron.cli.display import Times, table
+from ecron.cli.display import Times, Zones, table
 from ecron.cli.group import cli
-from ecron.cli.options import api_options, json_option, wide_option
+from ecron.cli.options import api_options, client, fail, json_option, utc_option, wide_option
 
 
 @cli.command()
@@ -23,6 +24,7 @@ from ecron.cli.options import api_options, json_option, wide_option
 @click.option("--before", default=None, help="Only entries older than this one (next page).")
 @json_option
 @wide_option
+@utc_option
 @api_options
 def audit(
     actor: str | None,
@@ -32,12 +34,13 @@ def audit(
     before: str | None,
     as_json: bool,
     wide: bool,
+    utc: bool,
     api: str,
     token: str | None,
 ) -> None:
-    """The audit log, newest first: every request that changed something or was refused,
-    and every change of the task set at load or reload (actor config). Needs an admin
-    token."""
+    """The audit log, newest first (times in the daemon's zone): every request that changed
+    something or was refused, and every change of the task set at load or reload (actor
+    config). Needs an admin token."""
     page = get(
         api,
         token,
@@ -51,18 +54,22 @@ def audit(
     if as_json:
         print_json(page)
         return
-    when = Times(wide)
-    rows = [
-        [
-            when(item["at"]),
-            escape(item["actor"]),
-            escape(item["action"]),
-            escape(item["target"]),
-            "-" if item["status"] is None else str(item["status"]),
-            escape(_more(item)),
+    zones = Zones(client(api, token), utc)
+    when, dated = Times(zones, dated=wide), Times(zones, dated=True)
+    try:
+        rows = [
+            [
+                when(item["at"]),  # when it was asked: in the daemon's zone
+                escape(item["actor"]),
+                escape(item["action"]),
+                escape(item["target"]),
+                "-" if item["status"] is None else str(item["status"]),
+                escape(_more(item, dated)),
+            ]
+            for item in page["items"]
         ]
-        for item in page["items"]
-    ]
+    except ApiError as exc:
+        fail(exc)
     console = Console()
     columns = ("when", "actor", "action", "target", "status", "detail")
     whole = ("when", "actor", "action", "status")
@@ -71,10 +78,17 @@ def audit(
         click.echo(f"older: ecron audit --before {page['next']}")
 
 
-def _more(item: dict[str, Any]) -> str:
-    """What changed (a config change's fields), or who asked from where."""
+def _more(item: dict[str, Any], when: Times) -> str:
+    """What changed (a config change's fields), the period of a backfill (with its dates, in
+    its task's zone) and whether it was a dry run, or who asked from where."""
     detail = item.get("detail") or {}
     fields = detail.get("fields") if isinstance(detail, dict) else None
     if fields:
         return ", ".join(str(change.get("field")) for change in fields)
+    if isinstance(detail, dict) and "from" in detail and "to" in detail:
+        dry = " (dry run)" if detail.get("dry_run") else ""
+        task = item.get("task")  # a backfill's period is of its task's times: in its zone
+        return (
+            f"{when(str(detail['from']), task=task)} to {when(str(detail['to']), task=task)}{dry}"
+        )
     return item.get("remote") or ""

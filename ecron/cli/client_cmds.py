@@ -1,9 +1,10 @@
 """Read commands: ``tasks``, ``executions``, ``show``, ``steps``, ``pools``; they talk to
 the REST API.
 
-Each prints a table that fits an 80-column terminal (short ids, relative times) or, with
-``--wide``, full ids and absolute local times; ``--json`` prints the API's answer as is.
-An execution is named by its id or a unique prefix of it (the API resolves it).
+Each prints a table that fits an 80-column terminal (short ids; times in each task's zone,
+today's without their date) or, with ``--wide``, full ids and every time with its date;
+``--utc`` shows times in UTC; ``--json`` prints the API's answer as is. An execution is
+named by its id or a unique prefix of it (the API resolves it).
 """
 
 from __future__ import annotations
@@ -19,15 +20,17 @@ from rich.table import Table
 from ecron.cli.client import ApiError, segment
 from ecron.cli.display import (
     Times,
+    Zones,
     columns_to_fit,
     progress_text,
     short_length,
     stalled_text,
     status_text,
     table,
+    took_text,
 )
 from ecron.cli.group import cli
-from ecron.cli.options import api_options, client, fail, json_option, wide_option
+from ecron.cli.options import api_options, client, fail, json_option, utc_option, wide_option
 from ecron.cli.upcoming import print_upcoming
 
 
@@ -82,9 +85,16 @@ def id_length(api: str, token: str | None, ids: list[str]) -> int:
 )
 @json_option
 @wide_option
+@utc_option
 @api_options
 def tasks(
-    upcoming: int | None, start: str | None, as_json: bool, wide: bool, api: str, token: str | None
+    upcoming: int | None,
+    start: str | None,
+    as_json: bool,
+    wide: bool,
+    utc: bool,
+    api: str,
+    token: str | None,
 ) -> None:
     """List tasks: schedule, next fire time (or paused, disabled), how their last run
     went and when."""
@@ -96,10 +106,12 @@ def tasks(
         return
     lasts = [item["last_execution"] for item in answer["items"] if item.get("last_execution")]
     length = 36 if wide else id_length(api, token, [last["id"] for last in lasts])
-    _print_tasks(answer["items"], wide, length)
+    known = {item["name"]: item["timezone"] for item in answer["items"]}
+    zones = Zones(client(api, token), utc, known)
+    _print_tasks(answer["items"], Times(zones, dated=wide), length)
     if upcoming is not None:
         try:
-            print_upcoming(client(api, token), answer["items"], upcoming, start, wide=wide)
+            print_upcoming(client(api, token), answer["items"], upcoming, zones, start, wide=wide)
         except ApiError as exc:
             fail(exc)
 
@@ -109,23 +121,25 @@ def tasks(
 _LEFT_OUT_FIRST = ("at", "last id", "last run", "next fire")
 
 
-def _print_tasks(items: list[dict[str, Any]], wide: bool, length: int) -> None:
-    """The tasks table, last ids cut at ``length``."""
-    when = Times(wide)
+def _print_tasks(items: list[dict[str, Any]], when: Times, length: int) -> None:
+    """The tasks table (``--wide`` when ``when`` dates every time), last ids cut at
+    ``length``; each task's times in its zone."""
+    wide = when.dated
     rows = []
     for item in items:
         last = item.get("last_execution") or {}
+        name = item["name"]
         state = "paused" if item["paused"] else ("disabled" if not item["enabled"] else "active")
         # a paused task keeps its stored fire time, but does not fire: say so, unless --wide
-        upcoming = when(item["next_fire_at"]) if wide or state == "active" else state
+        upcoming = when(item["next_fire_at"], task=name) if wide or state == "active" else state
         rows.append(
             [
-                escape(item["name"]),
+                escape(name),
                 escape(item["schedule_text"]),
                 *([state] if wide else []),
                 upcoming,
                 _last_run(last) if last else "-",
-                when(_last_moment(last)) if last else "-",
+                when(_last_moment(last), task=name) if last else "-",
                 last["id"][:length] if last else "-",
             ]
         )
@@ -160,6 +174,7 @@ def _last_moment(last: dict[str, Any]) -> str:
 @click.option("--before", default=None, help="Only executions older than this one (next page).")
 @json_option
 @wide_option
+@utc_option
 @api_options
 def executions(
     task: str | None,
@@ -168,40 +183,46 @@ def executions(
     before: str | None,
     as_json: bool,
     wide: bool,
+    utc: bool,
     api: str,
     token: str | None,
 ) -> None:
-    """Execution history, newest first: the end column is when it ended, or for one
-    running its ETA."""
+    """Execution history, newest first, each time in its task's zone: how long an ended one
+    took; with --wide also when it ended, or for one running its ETA."""
     page = get(
         api, token, "/api/v1/executions", task=task, status=status, limit=limit, before=before
     )
     if as_json:
         print_json(page)
         return
-    when = Times(wide)
+    when = Times(Zones(client(api, token), utc), dated=wide)
     shown = [item["id"] for item in page["items"]]
     length = 36 if wide else id_length(api, token, shown)
-    rows = [
-        [
-            item["id"][:length],
-            escape(item["task"]),
-            " ".join(part for part in (status_text(item), progress_text(item)) if part),
-            when(item["scheduled_at"]),
-            when(item["finished_at"] or item.get("eta")),
-            escape(item["message"] or ""),
+    try:
+        rows = [
+            [
+                item["id"][:length],
+                escape(item["task"]),
+                " ".join(part for part in (status_text(item), progress_text(item)) if part),
+                when(item["scheduled_at"], task=item["task"]),
+                *([when(item["finished_at"] or item.get("eta"), task=item["task"])] * wide),
+                took_text(item) or "-",
+                escape(item["message"] or ""),
+            ]
+            for item in page["items"]
         ]
-        for item in page["items"]
-    ]
+    except ApiError as exc:
+        fail(exc)
     console = Console()
-    columns = ("id", "task", "status", "scheduled", "end", "message")
-    grid = table(columns, rows, wide=wide, width=console.width, whole=("scheduled", "end"))
+    columns = ("id", "task", "status", "scheduled", *(["end"] * wide), "took", "message")
+    whole = ("task", "scheduled", "end", "took")
+    grid = table(columns, rows, wide=wide, width=console.width, whole=whole)
     console.print(grid, crop=False)
     if page["next"]:
         console.print(f"more: --before {page['next']}", style="dim", soft_wrap=True)
 
 
-#: The rows of ``ecron show``, in order; the times among them.
+#: The rows of ``ecron show``, in order; the times among them; those of a run still going.
 _SHOWN = (
     "id",
     "task",
@@ -214,6 +235,7 @@ _SHOWN = (
     "triggered_at",
     "last_report_at",
     "finished_at",
+    "took",
     "eta",
     "deadline",
     "resume_of",
@@ -226,20 +248,40 @@ _SHOWN = (
 _TIMES = frozenset(
     {"scheduled_at", "triggered_at", "last_report_at", "finished_at", "eta", "deadline"}
 )
+_GOING = frozenset({"eta", "deadline"})
 
 
 @cli.command()
 @click.argument("eid")
 @json_option
 @wide_option
+@utc_option
 @api_options
-def show(eid: str, as_json: bool, wide: bool, api: str, token: str | None) -> None:
-    """Show execution EID (its id or a unique prefix): status, progress, times, steps."""
+def show(eid: str, as_json: bool, wide: bool, utc: bool, api: str, token: str | None) -> None:
+    """Show execution EID (its id or a unique prefix): status, progress, times (in its
+    task's zone), steps; an ended one says when it ended and how long it took."""
     item = get(api, token, f"/api/v1/executions/{segment(eid)}")
     if as_json:
         print_json(item)
         return
-    when = Times(wide)
+    zones = Zones(client(api, token), utc)
+    try:
+        grid = _show_grid(item, Times(zones, dated=True), wide)
+    except ApiError as exc:
+        fail(exc)
+    console = Console()
+    console.print(grid)
+    if item["steps"]:
+        console.print()
+        when = Times(zones, dated=wide)  # a table's times: today's without their date
+        shown = steps_table(item["steps"], when, wide, console.width, item["task"])
+        console.print(shown, crop=False)
+
+
+def _show_grid(item: dict[str, Any], when: Times, wide: bool) -> Table:
+    """``ecron show``'s fields, one per line, the message and result whole (folded): an
+    ended run's end and how long it took, not its ETA and deadline."""
+    ended = item["status"] in ("SUCCESS", "FAILED", "TIMED_OUT", "CANCELLED", "SKIPPED")
     grid = Table(show_header=False, box=None, pad_edge=False)
     grid.add_column(no_wrap=True)
     grid.add_column(overflow="fold")
@@ -250,8 +292,15 @@ def show(eid: str, as_json: bool, wide: bool, api: str, token: str | None) -> No
         elif key == "progress":
             shown = str(value) if wide else f"{value:.0f}%"
             text = " ".join(filter(None, (shown, stalled_text(item))))
+        elif key == "took":
+            if not ended:
+                continue
+            text = took_text(item) or "- (never triggered)"
+            text += " (first trigger call to end)" if item.get("triggered_at") else ""
+        elif key in _GOING and ended:
+            continue
         elif key in _TIMES:
-            text = when(value)
+            text = when(value, task=item["task"])
         elif key == "downstream":
             text = escape(", ".join(value or ())) or "-"
         else:
@@ -259,15 +308,14 @@ def show(eid: str, as_json: bool, wide: bool, api: str, token: str | None) -> No
         grid.add_row(key, text)
     if item.get("result") is not None:
         grid.add_row("result", escape(json.dumps(item["result"])[: None if wide else 500]))
-    console = Console()
-    console.print(grid)
-    if item["steps"]:
-        console.print()
-        console.print(steps_table(item["steps"], when, wide, console.width), crop=False)
+    return grid
 
 
-def steps_table(steps: list[dict[str, Any]], when: Times, wide: bool, width: int) -> Table:
-    """The steps of one execution; remote ids short like the execution's, or full."""
+def steps_table(
+    steps: list[dict[str, Any]], when: Times, wide: bool, width: int, task: str
+) -> Table:
+    """The steps of one execution of ``task`` (its times in the task's zone); remote ids
+    short like the execution's, or full."""
     eids = [step["remote_id"].rpartition(".")[0] for step in steps]
     length = 36 if wide else short_length(eids)
     rows = [
@@ -275,8 +323,8 @@ def steps_table(steps: list[dict[str, Any]], when: Times, wide: bool, width: int
             str(step["number"]),
             escape(step["name"]),
             " ".join(part for part in (status_text(step), progress_text(step)) if part),
-            when(step["started_at"]),
-            when(step["finished_at"]),
+            when(step["started_at"], task=task),
+            when(step["finished_at"], task=task),
             escape(step["message"] or ""),
             f"{eid[:length]}.{step['remote_id'].rpartition('.')[2]}",
         ]
@@ -291,8 +339,9 @@ def steps_table(steps: list[dict[str, Any]], when: Times, wide: bool, width: int
 @click.argument("eid")
 @json_option
 @wide_option
+@utc_option
 @api_options
-def steps(eid: str, as_json: bool, wide: bool, api: str, token: str | None) -> None:
+def steps(eid: str, as_json: bool, wide: bool, utc: bool, api: str, token: str | None) -> None:
     """The steps of execution EID (its id or a unique prefix); none for a one-call task."""
     answer = get(api, token, f"/api/v1/executions/{segment(eid)}/steps")
     if as_json:
@@ -301,33 +350,50 @@ def steps(eid: str, as_json: bool, wide: bool, api: str, token: str | None) -> N
     if not answer["items"]:
         click.echo(f"execution {eid} is a one-call task: it has no steps")
         return
+    task = get(api, token, f"/api/v1/executions/{segment(eid)}")["task"]
     console = Console()
-    console.print(steps_table(answer["items"], Times(wide), wide, console.width), crop=False)
+    try:
+        when = Times(Zones(client(api, token), utc), dated=wide)
+        shown = steps_table(answer["items"], when, wide, console.width, task)
+    except ApiError as exc:
+        fail(exc)
+    console.print(shown, crop=False)
 
 
 @cli.command()
 @json_option
 @wide_option
+@utc_option
 @api_options
-def pools(as_json: bool, wide: bool, api: str, token: str | None) -> None:
+def pools(as_json: bool, wide: bool, utc: bool, api: str, token: str | None) -> None:
     """List pools: their limits, how many of their tasks' executions run and wait (on every
-    node), and until when a service's Retry-After holds them back."""
+    node), and until when a service's Retry-After holds them back (in the daemon's zone)."""
     answer = get(api, token, "/api/v1/pools")
     if as_json:
         print_json(answer)
         return
-    when = Times(wide)
-    rows = [
-        [
-            escape(item["name"]),
-            _limit(item["running"], item["max_running"]),
-            str(item["waiting"]),
-            "-" if item["max_per_second"] is None else f"{item['max_per_second']:g}/s",
-            when(item["paused_until"]) if item["paused_until"] else "-",
-            escape(", ".join(item["tasks"]) or "-"),
+    if not answer["items"]:
+        Console().print(
+            "no pools: the config defines none (a pool is defined under pools in ecron.yaml "
+            "and named by pool: NAME on the tasks that share it; see docs/configuration.md)",
+            highlight=False,
+        )
+        return
+    try:
+        when = Times(Zones(client(api, token), utc), dated=wide)
+        rows = [
+            [
+                escape(item["name"]),
+                _limit(item["running"], item["max_running"]),
+                str(item["waiting"]),
+                "-" if item["max_per_second"] is None else f"{item['max_per_second']:g}/s",
+                when(item["paused_until"]) if item["paused_until"] else "-",
+                escape(", ".join(item["tasks"]) or "-"),
+            ]
+            for item in answer["items"]
         ]
-        for item in answer["items"]
-    ]
+    except ApiError as exc:
+        fail(exc)
     console = Console()
     columns = ("pool", "running", "waiting", "pace", "held back until", "tasks")
     whole = ("pool", "running", "waiting", "pace", "held back until")

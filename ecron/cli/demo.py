@@ -8,6 +8,7 @@ import signal
 import sys
 import tempfile
 from contextlib import AsyncExitStack, suppress
+from datetime import datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -19,7 +20,7 @@ from rich.markup import escape
 from rich.text import Text
 
 import ecron
-from ecron.cli.display import FINAL, parse_time, short_length, status_text
+from ecron.cli.display import FINAL, short_length, status_text, took_text
 from ecron.cli.group import cli
 from ecron.cli.watch import eta_text
 from ecron.config import Config, DaemonSettings, TaskSpec
@@ -28,6 +29,7 @@ from ecron.durations import parse_duration
 from ecron.errors import EcronError, ListenError
 from ecron.logs import configure
 from ecron.snapshots import execution_snapshots
+from ecron.wall import UTC_NAME, wall
 
 
 def load_example_service() -> ModuleType:
@@ -75,28 +77,29 @@ MILLISECOND_ID = 13
 
 
 class Printer:
-    """Prints a line whenever an execution's status or progress moves: when it was due
-    (local time), its short id (unique among those printed, so ``ecron show`` takes it),
-    a bar, the status, the ETA while it runs, the message cut to what the line has left."""
+    """Prints a line whenever an execution's status or progress moves: when it printed it
+    (``now``, to the second, in ``zone``: a clock that moves), its short id (unique among
+    those printed, so ``ecron show`` takes it), a bar, the status, the ETA while it runs
+    (or how long it took once it ended), the message cut to what the line has left."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, zone: str = UTC_NAME) -> None:
         self.console = console
+        self.zone = zone
         self.seen: dict[str, tuple[str, int]] = {}
         self.done: set[str] = set()
 
-    def show(self, item: dict[str, Any]) -> None:
+    def show(self, item: dict[str, Any], now: datetime) -> None:
         eid, status = str(item["id"]), str(item["status"])
         step = int(item["progress"] // 10)
         if eid in self.done or self.seen.get(eid) == (status, step):
             return
         self.seen[eid] = (status, step)
         length = max(MILLISECOND_ID, short_length([*self.seen, *self.done]))
-        due = parse_time(item["scheduled_at"])
-        assert due is not None
         bar = escape("[" + "#" * step + "-" * (10 - step) + "]")
+        after = f"in {took_text(item)}" if status in FINAL else eta_text(item, self.zone)
         head = (
-            f"{due.astimezone():%H:%M:%S}  {eid[:length]}  {bar} {item['progress']:3.0f}%  "
-            f"{status_text(item)}  {eta_text(item) if status not in FINAL else ''}"
+            f"{wall(now, self.zone, date=False)}  {eid[:length]}  {bar} "
+            f"{item['progress']:3.0f}%  {status_text(item)}  {after}"
         ).rstrip()
         room = min(self.console.width, 80) - Text.from_markup(head).cell_len - 2
         message = " ".join((item.get("message") or "").split())
@@ -173,11 +176,12 @@ async def _demo(
             f"ecron demo: dashboard http://127.0.0.1:{daemon.port}/\n"
             f"            example service {service_url}\n"
             f"            database {where / 'ecron-demo.db'}\n"
-            f"task 'demo' fires every {every} and runs about {duration}; Ctrl-C stops.\n",
+            f"task 'demo' fires every {every} and runs about {duration}; Ctrl-C stops.\n"
+            f"Each line starts with the time it was printed ({config.daemon.timezone}).\n",
             soft_wrap=True,
             highlight=False,
         )
-        printer = Printer(console)
+        printer = Printer(console, config.daemon.timezone)
         started = loop.time()
         while not stop.is_set():
             # The next fire time, claimed ahead (SCHEDULED), then the executions themselves.
@@ -188,7 +192,7 @@ async def _demo(
             shown = sorted({e.eid: e for e in [*claimed.items, *page.items]}.values(), key=eid_of)
             now = daemon.clock.now()
             for item in await execution_snapshots(daemon.store, shown, now, daemon.specs):
-                printer.show(item)
+                printer.show(item, now)
             if limit is not None and loop.time() - started >= limit:
                 break
             with suppress(TimeoutError):

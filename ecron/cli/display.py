@@ -1,10 +1,11 @@
-"""How the CLI shows ids, times and statuses in a terminal: short ids like git's, times
-relative to now (``3 s ago``, ``in 2 min``) or, with ``--wide``, absolute in the local
-time zone; tables that fit 80 columns without cutting an id or a time."""
+"""How the CLI shows ids, times and statuses in a terminal: short ids like git's; times as
+wall times in the zone they belong to (``ecron.wall``: a task's own, else the daemon's
+``timezone``; UTC with ``--utc``), to the second, a table's times of today without their
+date; how long a run took; tables that fit 80 columns without cutting an id or a time."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,7 +13,9 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from ecron.cli.client import ApiClient, ApiError, segment
 from ecron.ids import SHORT_ID, unique_prefix
+from ecron.wall import UTC_NAME, duration, took, wall, wall_today
 
 #: Statuses that never change again (the API's strings).
 FINAL = frozenset({"SUCCESS", "FAILED", "TIMED_OUT", "CANCELLED", "SKIPPED"})
@@ -50,14 +53,12 @@ def parse_time(text: str | None) -> datetime | None:
 
 
 def relative(when: datetime, now: datetime) -> str:
-    """``now``, ``42 s ago``, ``in 3 min``, ``5 h ago``; a day or more away, the local date
-    and time (``Nov 27 13:07``, with the year when it is not this one)."""
+    """``now``, ``42 s ago``, ``in 3 min``, ``5 h ago``: how far ``when`` is from ``now``
+    (how long a progress has stood still); a day or more away, the date and time in UTC."""
     seconds = (when - now).total_seconds()
     span = int(abs(seconds))
     if span >= 86400:
-        local = when.astimezone()
-        same_year = local.year == now.astimezone().year
-        return local.strftime("%b %d %H:%M" if same_year else "%Y-%m-%d %H:%M")
+        return wall(when, UTC_NAME)
     if span < 1:
         return "now"
     if span < 60:
@@ -69,23 +70,73 @@ def relative(when: datetime, now: datetime) -> str:
     return f"in {amount}" if seconds > 0 else f"{amount} ago"
 
 
-def absolute(when: datetime) -> str:
-    """The local date and time to the millisecond, with its UTC offset."""
-    return when.astimezone().isoformat(sep=" ", timespec="milliseconds")
+class Zones:
+    """The zone each time is shown in (DESIGN.md, "What people read"): a task's own
+    ``timezone``, asked of the daemon once per task (``GET /api/v1/tasks/{name}``, unless
+    ``known``); the daemon's ``timezone`` for a time without a task or of a task it no
+    longer has (``GET /api/v1/about``; UTC from a daemon too old to say); UTC for every
+    time with ``--utc`` (``utc``), nothing asked."""
+
+    def __init__(
+        self, client: ApiClient | None, utc: bool = False, known: Mapping[str, str] | None = None
+    ) -> None:
+        self.client = client
+        self.utc = utc
+        self._tasks = dict(known or {})
+        self._daemon: str | None = None
+
+    def of(self, task: str | None = None) -> str:
+        """The zone of a time of ``task`` (None: a time without a task)."""
+        if self.utc or self.client is None:
+            return UTC_NAME
+        if task is None:
+            return self.daemon()
+        if task not in self._tasks:
+            try:
+                self._tasks[task] = self.client.get(f"/api/v1/tasks/{segment(task)}")["timezone"]
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                self._tasks[task] = self.daemon()  # retired: its times in the daemon's zone
+        return self._tasks[task]
+
+    def daemon(self) -> str:
+        """The daemon's ``timezone``."""
+        if self._daemon is None:
+            assert self.client is not None
+            try:
+                self._daemon = str(self.client.get("/api/v1/about")["timezone"])
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                self._daemon = UTC_NAME  # a daemon from before the setting
+        return self._daemon
 
 
 class Times:
-    """Shows API times one way for a whole command: relative to one ``now``, or absolute."""
+    """Shows API times one way for a whole command, each in the zone ``zones`` gives it:
+    with its date (``dated``: ``show``, ``--wide``), or short as a table shows them:
+    today's (in that zone, at ``now``) without a date, this year's with ``Nov 28``."""
 
-    def __init__(self, wide: bool, now: datetime | None = None) -> None:
-        self.wide = wide
+    def __init__(self, zones: Zones, dated: bool, now: datetime | None = None) -> None:
+        self.zones = zones
+        self.dated = dated
         self.now = now or datetime.now(UTC)
 
-    def __call__(self, text: str | None, empty: str = "-") -> str:
+    def __call__(self, text: str | None, empty: str = "-", *, task: str | None = None) -> str:
         when = parse_time(text)
         if when is None:
             return empty
-        return absolute(when) if self.wide else relative(when, self.now)
+        zone = self.zones.of(task)
+        return wall(when, zone) if self.dated else wall_today(when, zone, self.now)
+
+
+def took_text(item: dict[str, Any]) -> str:
+    """How long an ended run (or step) took from its first trigger call to its end, ``8.2
+    s``; nothing for one that has not ended or was never triggered."""
+    start = parse_time(item.get("triggered_at") or item.get("started_at"))
+    seconds = duration(start, parse_time(item.get("finished_at")))
+    return "" if seconds is None else took(seconds)
 
 
 def table(

@@ -39,10 +39,18 @@ def json_option(command: F) -> F:
 
 
 def wide_option(command: F) -> F:
-    """``--wide``: full ids and absolute (local) times instead of short ids and relative
-    times, and nothing cut."""
+    """``--wide``: full ids and every time with its date, nothing cut."""
     return click.option(
-        "--wide", is_flag=True, help="Full ids, absolute local times, nothing cut."
+        "--wide", is_flag=True, help="Full ids, every time with its date, nothing cut."
+    )(command)
+
+
+def utc_option(command: F) -> F:
+    """``--utc``: every time in UTC, instead of its task's zone (or the daemon's)."""
+    return click.option(
+        "--utc",
+        is_flag=True,
+        help="Show times in UTC, not in each task's time zone (or the daemon's).",
     )(command)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,8 +20,9 @@ from ecron.config import Config, load_config
 from ecron.config.summary import problem_lines
 from ecron.errors import ConfigError, EcronError
 from ecron.planning import FirstFireTimes
-from ecron.store.changes import FieldChange, TaskSetChange, rfc3339, task_set_change
+from ecron.store.changes import FieldChange, TaskSetChange, task_set_change
 from ecron.store.peek import peek_tasks
+from ecron.wall import UTC_NAME, wall
 
 #: A value longer than this is cut in the text output (``--json`` has it whole).
 SHOWN = 60
@@ -45,11 +47,13 @@ class _PlanCommand(click.Command):
 @cli.command(cls=_PlanCommand)
 @config_option
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@click.option("--utc", is_flag=True, help="Show next fire times in UTC, not in each task's zone.")
 @click.pass_context
-def plan(ctx: click.Context, directory: str, as_json: bool) -> None:
+def plan(ctx: click.Context, directory: str, as_json: bool, utc: bool) -> None:
     """Show what loading the config in DIR would change in the database it names: tasks
-    added, changed (field by field, with the next fire time before and after) and retired.
-    Reads only: the database is neither written nor created nor migrated.
+    added, changed (field by field, with the next fire time before and after, in the task's
+    zone) and retired. Reads only: the database is neither written nor created nor
+    migrated.
 
     Exits 0 when nothing would change, 2 when something would, 1 on an error.
     """
@@ -72,7 +76,8 @@ def plan(ctx: click.Context, directory: str, as_json: bool) -> None:
         console = Console(highlight=False, soft_wrap=False)
         if fresh:
             console.print(f"note: {NO_DATABASE}")
-        for line in plan_lines(change):
+        zones = {name: UTC_NAME if utc else spec.timezone for name, spec in config.tasks.items()}
+        for line in plan_lines(change, zones):
             console.print(line)
     ctx.exit(2 if change else 0)
 
@@ -89,21 +94,23 @@ async def _plan(config: Config, now: datetime) -> tuple[TaskSetChange, bool]:
     return change, stored is None
 
 
-def plan_lines(change: TaskSetChange) -> list[str]:
+def plan_lines(change: TaskSetChange, zones: Mapping[str, str] | None = None) -> list[str]:
     """The plan in rich markup: ``+ name`` added, ``~ name`` changed with a line per field
-    and the next fire time, ``- name`` retired, then a summary."""
+    and the next fire time (a wall time in the task's zone, ``zones``; UTC without),
+    ``- name`` retired, then a summary."""
     lines = []
+    zone = (zones or {}).get
     for name in change.added:
         was = " (was retired)" if name in change.revived else ""
         lines.append(f"[green]+ {escape(name)}[/]{was}")
-        lines.append(f"    next fire: {_when(change.next_fire[name][1])}")
+        lines.append(f"    next fire: {_when(change.next_fire[name][1], zone(name))}")
     for name, fields in change.changed.items():
         lines.append(f"[yellow]~ {escape(name)}[/]")
         lines += [f"    {escape(c.field)}: {_values(c)}" for c in fields]
         if not fields:
             lines.append("    (the stored spec was written by another ecron: no field differs)")
-        before, after = change.next_fire[name]
-        moved = f"{_when(before)} → {_when(after)}" if before != after else f"{_when(after)} (kept)"
+        before, after = (_when(at, zone(name)) for at in change.next_fire[name])
+        moved = f"{before} → {after}" if before != after else f"{after} (kept)"
         lines.append(f"    next fire: {moved}")
     lines += [f"[red]- {escape(name)}[/]" for name in change.retired]
     lines.append(change.summary() if change else "No change: " + change.summary())
@@ -122,5 +129,5 @@ def _shown(value: Any) -> str:
     return text if len(text) <= SHOWN else text[: SHOWN - 1] + "…"
 
 
-def _when(at: datetime | None) -> str:
-    return rfc3339(at) or "none"
+def _when(at: datetime | None, zone: str | None) -> str:
+    return "none" if at is None else wall(at, zone)

@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from ecron.cli.client import ApiClient
-from ecron.cli.display import Times, table
+from ecron.cli.display import Times, Zones, parse_time, table
+from ecron.wall import dst_note
 
 COLUMNS = ("task", "#", "fire time", "daylight saving time")
 
@@ -20,19 +21,22 @@ def print_upcoming(
     client: ApiClient,
     tasks: list[dict[str, Any]],
     count: int,
+    zones: Zones,
     start: str | None = None,
     *,
     wide: bool = False,
 ) -> None:
-    """One row per fire time, in the CLI's table style: the task, its rank, when, and what
-    daylight saving time did to it (``shifted``, ``jumped``, ``repeated``, with the wall time
-    it stands for). A wall time the task's ``dst`` policy skips gets a row of its own, after
-    the task's fire times. A paused task's are marked: they are the ones it would have if
-    unpaused now. Tasks with none are left out. ``start``: list from then, not from now.
+    """One row per fire time, in the CLI's table style: the task, its rank, when (in the
+    task's zone, as ``zones`` says), and what daylight saving time did to it, as a sentence
+    (``02:30 does not exist on 28 March: runs at 03:30 CEST``). A wall time the task's
+    ``dst`` policy skips gets a row of its own, after the task's fire times. A paused task's
+    are marked: they are the ones it would have if unpaused now. Tasks with none are left
+    out. ``start``: list from then, not from now.
 
-    Fire times are local absolute times (with their UTC offset) even without ``wide``: a
-    preview across a change of daylight saving time needs the offset, not ``in 3 h``."""
-    when = Times(True)  # absolute, with or without --wide
+    Each fire time has its date and its zone's abbreviation or offset, with or without
+    ``wide``: across a change of daylight saving time the zone tells two runs at the same
+    wall time apart."""
+    when = Times(zones, dated=True)
     query: dict[str, Any] = {"count": count}
     if start is not None:
         query["from"] = start
@@ -41,14 +45,17 @@ def print_upcoming(
         name = item["name"]
         answer = client.get(f"/api/v1/tasks/{quote(name, safe='')}/upcoming", **query)
         mark = " (if unpaused now)" if answer["paused"] else ""
+        zone = zones.of(name)
         notes: dict[str | None, list[str]] = {}
         for change in answer.get("dst", []):
-            notes.setdefault(change["at"], []).append(f"{change['change']} {change['wall']}")
+            note = dst_note(change["change"], change["wall"], parse_time(change["at"]), zone)
+            notes.setdefault(change["at"], []).append(note)
         for rank, moment in enumerate(answer["items"], start=1):
-            note = ", ".join(notes.get(moment, []))
-            rows.append([escape(name) if rank == 1 else "", str(rank), when(moment) + mark, note])
+            note = "; ".join(notes.get(moment, []))
+            row = [escape(name) if rank == 1 else "", str(rank), when(moment, task=name) + mark]
+            rows.append([*row, escape(note)])
         for note in notes.get(None, []):
-            rows.append(["", "-", "(none that day)", note])
+            rows.append(["", "-", "(none that day)", escape(note)])
     console = Console()
     grid = table(COLUMNS, rows, wide=wide, width=console.width, whole=("#", "fire time"))
     console.print(grid, crop=False)

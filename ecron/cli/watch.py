@@ -1,5 +1,6 @@
 """Following an execution live: ``ecron watch EID``, and the ``--wait`` of ``trigger``
-and ``resume``. A rich progress bar with the API's ETA, or one JSON line per change.
+and ``resume``. A rich progress bar with the API's ETA (a wall time in the task's zone),
+or one JSON line per change.
 
 Exit status: 0 when the execution ends SUCCESS, 1 when it ends any other way (or the
 API fails), 130 when Ctrl-C stops the watching, which leaves the execution running.
@@ -20,9 +21,10 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.text import Text
 
 from ecron.cli.client import ApiClient, ApiError, segment
-from ecron.cli.display import FINAL, parse_time, relative, stalled_text, status_text
+from ecron.cli.display import FINAL, Zones, parse_time, stalled_text, status_text
 from ecron.cli.group import cli
-from ecron.cli.options import api_options, client, fail
+from ecron.cli.options import api_options, client, fail, utc_option
+from ecron.wall import UTC_NAME, wall_today
 
 #: The exit status when Ctrl-C stops the watching (128 + SIGINT, as shells report it).
 INTERRUPTED = 130
@@ -40,8 +42,10 @@ def follow(
     *,
     as_json: bool = False,
     interval: float = 0.5,
+    zone: str = UTC_NAME,
 ) -> dict[str, Any]:
-    """Follow the execution of snapshot ``item`` until it ends; its final snapshot.
+    """Follow the execution of snapshot ``item`` until it ends; its final snapshot. Its ETA
+    is shown as a wall time of ``zone`` (its task's).
 
     Ctrl-C stops the following, not the execution: it says how to follow it again and
     exits with status 130.
@@ -50,7 +54,7 @@ def follow(
     try:
         if as_json:
             return _lines(client, path, item, interval)
-        return _bar(client, path, item, console, interval)
+        return _bar(client, path, item, console, interval, zone)
     except KeyboardInterrupt:
         click.echo(
             f"stopped watching; execution {item['id']} goes on. "
@@ -78,18 +82,19 @@ def progress_bar(console: Console) -> Progress:
     )
 
 
-def eta_text(item: dict[str, Any]) -> str:
-    """``ETA in 12 s`` from the snapshot's ``eta``; nothing when it has none."""
+def eta_text(item: dict[str, Any], zone: str = UTC_NAME) -> str:
+    """``ETA 15:03:50 CST`` from the snapshot's ``eta``, a wall time of ``zone`` (with its
+    date when that is not today's); nothing when it has none."""
     eta = parse_time(item.get("eta"))
-    return "" if eta is None else f"ETA {relative(eta, datetime.now(UTC))}"
+    return "" if eta is None else f"ETA {wall_today(eta, zone, datetime.now(UTC))}"
 
 
-def _fields(item: dict[str, Any], width: int) -> dict[str, Any]:
+def _fields(item: dict[str, Any], width: int, zone: str) -> dict[str, Any]:
     """What the bar's row shows of ``item``, its message cut to what the line has left."""
     fields = {
         "label": escape(item["task"]),
         "status": " ".join(filter(None, (status_text(item), stalled_text(item)))),
-        "eta": eta_text(item),
+        "eta": eta_text(item, zone),
     }
     used = BAR_WIDTH + 4 + sum(Text.from_markup(text).cell_len for text in fields.values())
     room = width - used - 5  # one space between each of the six columns
@@ -100,12 +105,17 @@ def _fields(item: dict[str, Any], width: int) -> dict[str, Any]:
 
 
 def _bar(
-    client: ApiClient, path: str, item: dict[str, Any], console: Console, interval: float
+    client: ApiClient,
+    path: str,
+    item: dict[str, Any],
+    console: Console,
+    interval: float,
+    zone: str,
 ) -> dict[str, Any]:
     with progress_bar(console) as bar:
-        row = bar.add_task("", total=100, **_fields(item, console.width))
+        row = bar.add_task("", total=100, **_fields(item, console.width, zone))
         while True:
-            bar.update(row, completed=item["progress"], **_fields(item, console.width))
+            bar.update(row, completed=item["progress"], **_fields(item, console.width, zone))
             if item["status"] in FINAL:
                 return item
             time.sleep(interval)
@@ -130,14 +140,17 @@ def _lines(client: ApiClient, path: str, item: dict[str, Any], interval: float) 
 @cli.command()
 @click.argument("eid")
 @click.option("--json", "as_json", is_flag=True, help="One JSON snapshot per line, per change.")
+@utc_option
 @api_options
-def watch(eid: str, as_json: bool, api: str, token: str | None) -> None:
+def watch(eid: str, as_json: bool, utc: bool, api: str, token: str | None) -> None:
     """Follow execution EID (its id or a unique prefix) until it ends: a progress bar with
-    its ETA. Exit 0 if it ends SUCCESS, 1 otherwise, 130 on Ctrl-C (it goes on)."""
+    its ETA (in its task's zone). Exit 0 if it ends SUCCESS, 1 otherwise, 130 on Ctrl-C (it
+    goes on)."""
     api_client = client(api, token)
     try:
         item = api_client.get(f"/api/v1/executions/{segment(eid)}")
-        final = follow(api_client, item, Console(), as_json=as_json)
+        zone = UTC_NAME if as_json else Zones(api_client, utc).of(item["task"])
+        final = follow(api_client, item, Console(), as_json=as_json, zone=zone)
     except ApiError as exc:
         fail(exc)
     raise SystemExit(exit_code(final))

@@ -76,6 +76,15 @@ def check_url(value: str | None) -> str | None:
     return value
 
 
+def known_zone(value: str) -> str:
+    """An IANA time zone this machine knows (``Asia/Shanghai``, ``UTC``)."""
+    try:
+        zone(value)
+    except ScheduleError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
 def check_positive(value: timedelta | None) -> timedelta | None:
     """A duration longer than zero, or None."""
     if value is not None and value <= timedelta(0):
@@ -284,14 +293,7 @@ class TaskSpec(_Strict):
             )
         return value
 
-    @field_validator("timezone")
-    @classmethod
-    def _zone(cls, value: str) -> str:
-        try:
-            zone(value)
-        except ScheduleError as exc:
-            raise ValueError(str(exc)) from None
-        return value
+    _zone = field_validator("timezone")(known_zone)
 
     @field_validator("calendar")
     @classmethod
@@ -411,6 +413,9 @@ class DaemonSettings(_Strict):
     tick: Duration = timedelta(milliseconds=200)
     patrol_interval: Duration = timedelta(seconds=60)
     history_retention: Duration = timedelta(days=30)
+    #: Where times without a task are shown to people (the audit log, pools, the front
+    #: page's timeline): an IANA zone; a task's own times are shown in its ``timezone``.
+    timezone: str = "UTC"
     log: LogSettings = Field(default_factory=LogSettings)
     #: How many calls (triggers and polls) may be in flight at once (the worker pool).
     poll_workers: int = Field(default=100, ge=1, le=10_000)
@@ -423,6 +428,8 @@ class DaemonSettings(_Strict):
     #: The Redis Streams report channel; none when unset.
     queue: QueueSettings | None = None
     _idle = field_validator("api_idle_timeout")(check_positive)
+
+    _timezone = field_validator("timezone")(known_zone)
 
     @field_validator("listen")
     @classmethod

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 from ecron.config.loader import load_config
@@ -11,21 +11,28 @@ from ecron.config.model import CallSettings, Config, DaemonSettings, TaskSpec
 from ecron.durations import format_duration
 from ecron.errors import ConfigError
 from ecron.schedules import ScheduleKind
+from ecron.wall import UTC_NAME, wall
 
 
 def validation_report(
-    directory: str | Path, now: datetime, environ: Mapping[str, str] | None = None
+    directory: str | Path,
+    now: datetime,
+    environ: Mapping[str, str] | None = None,
+    *,
+    utc: bool = False,
+    width: int = 80,
 ) -> tuple[int, list[str]]:
     """Check the config directory ``directory`` as of ``now``: (exit code, lines to print).
 
-    On success the code is 0 and there is one line per task (see ``task_lines``), then
-    one per note (see ``notes``); on failure it is 1 and there is one line per problem.
+    On success the code is 0 and there is a line per task (see ``task_lines``: next fire
+    times in each task's zone, or in UTC with ``utc``, to fit ``width`` columns), then one
+    per note (see ``notes``); on failure it is 1 and there is one line per problem.
     """
     try:
         config = load_config(directory, environ, now)
     except ConfigError as exc:
         return 1, problem_lines(exc)
-    return 0, task_lines(config, now) + notes(config)
+    return 0, task_lines(config, now, utc=utc, width=width) + notes(config)
 
 
 def problem_lines(exc: ConfigError) -> list[str]:
@@ -82,35 +89,46 @@ def _unpushable(mode: str, how: str, given: str) -> str:
     )
 
 
-def task_lines(config: Config, now: datetime) -> list[str]:
-    """One aligned line per task: name, schedule, next fire time after ``now``, disabled mark.
+def task_lines(config: Config, now: datetime, *, utc: bool = False, width: int = 80) -> list[str]:
+    """One aligned line per task: name, schedule, next fire time after ``now``, disabled
+    mark; when those lines would be longer than ``width``, two lines per task instead (its
+    name and schedule, then its next fire time, indented), none running past the edge.
 
-    The next fire time is RFC 3339 UTC, the first that its calendar and blackouts let
+    The next fire time is a wall time in the task's zone (in UTC with ``utc``), to the
+    second, with the zone (``ecron.wall``): the first that its calendar and blackouts let
     run, or ``-`` when the schedule has none of its own (``manual``; a chain; ``after``,
     which first fires when loaded) or the task is disabled.
     """
     if not config.tasks:
         return [f"{config.directory}: no tasks are defined (add them to tasks/*.yaml)."]
     rows = [
-        (task.name, task.fire_schedule.text, _next(task, now)) for task in config.tasks.values()
+        (task.name, task.fire_schedule.text, _next(task, now, utc))
+        for task in config.tasks.values()
     ]
     name_width = max(len(name) for name, _, _ in rows)
     text_width = max(len(text) for _, text, _ in rows)
-    lines = []
-    for (name, text, when), task in zip(rows, config.tasks.values(), strict=True):
-        mark = "" if task.enabled else "  (disabled)"
-        lines.append(f"{name:<{name_width}}  {text:<{text_width}}  next: {when}{mark}")
-    return lines
+    marks = ["" if task.enabled else "  (disabled)" for task in config.tasks.values()]
+    lines = [
+        f"{name:<{name_width}}  {text:<{text_width}}  next: {when}{mark}"
+        for (name, text, when), mark in zip(rows, marks, strict=True)
+    ]
+    if max(len(line) for line in lines) <= width:
+        return lines
+    return [
+        line
+        for (name, text, when), mark in zip(rows, marks, strict=True)
+        for line in (f"{name:<{name_width}}  {text}", f"    next: {when}{mark}")
+    ]
 
 
 _NONE_OF_THEIR_OWN = (ScheduleKind.MANUAL, ScheduleKind.AFTER, ScheduleKind.CHAIN)
 
 
-def _next(task: TaskSpec, now: datetime) -> str:
+def _next(task: TaskSpec, now: datetime, utc: bool) -> str:
     schedule = task.fire_schedule
     if not task.enabled or schedule.kind in _NONE_OF_THEIR_OWN:
         return "-"
     when = task.fire_times.next(None, now)
     if when is None:
         return "-"
-    return when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return wall(when, UTC_NAME if utc else task.timezone)

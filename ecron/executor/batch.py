@@ -33,6 +33,7 @@ from ecron.executor.http import (
     CallOutcome,
     HttpCaller,
     OutcomeKind,
+    answered,
     classify,
     decode_body,
     report_outcome,
@@ -160,7 +161,7 @@ def read_batch(
     or what failed, for every id in the call (a 404 too: see the module docstring)."""
     if not 200 <= status < 300:
         if status == 404:
-            detail = "HTTP 404 from the batch_poll_url"
+            detail = f"{answered(status, content)} (is the batch_poll_url right?)"
             return CallOutcome(OutcomeKind.REJECTED, http_status=status, detail=detail)
         return classify(status, content, too_big, headers, now)
     if too_big:

@@ -321,19 +321,47 @@ def classify(
         try:
             body = decode_body(content)
         except (ValueError, RecursionError) as exc:  # deep nesting: not a report
-            return CallOutcome(OutcomeKind.BAD_REPORT, http_status=status, detail=_why(exc))
+            detail = f"{_why(exc)}; it said: {_said(content)}" if content.strip() else _why(exc)
+            return CallOutcome(OutcomeKind.BAD_REPORT, http_status=status, detail=detail)
         return report_outcome(body, status)
+    detail = answered(status, b"" if too_big else content)  # a failure: what the service said
     if status == 404:
-        return CallOutcome(OutcomeKind.UNKNOWN, http_status=status, detail="404 Not Found")
+        return CallOutcome(OutcomeKind.UNKNOWN, http_status=status, detail=detail)
     if status in (408, 429) or status >= 500:
         retry_after = _retry_after(headers, now) if status in (429, 503) else None
         return CallOutcome(
-            OutcomeKind.TRANSIENT,
-            http_status=status,
-            retry_after=retry_after,
-            detail=f"HTTP {status}",
+            OutcomeKind.TRANSIENT, http_status=status, retry_after=retry_after, detail=detail
         )
-    return CallOutcome(OutcomeKind.REJECTED, http_status=status, detail=f"HTTP {status}")
+    return CallOutcome(OutcomeKind.REJECTED, http_status=status, detail=detail)
+
+
+#: The most of a failed answer's body that its message quotes (DESIGN.md, "What people
+#: read").
+SAID = 300
+#: The fields of a JSON answer that say what went wrong, quoted instead of the whole body.
+_SAYING = ("error", "message")
+
+
+def answered(status: int, content: bytes) -> str:
+    """``HTTP 500: {"error": "disk full"}``: the status of an answer that failed and what the
+    service said with it: its ``error`` and ``message`` when the body is a JSON object that
+    has them, else the body's text on one line; at most ``SAID`` characters of it, cut with
+    ``…``. Only a failed answer is read so: a poll that succeeds pays nothing for it."""
+    said = _said(content)
+    return f"HTTP {status}: {said}" if said else f"HTTP {status}"
+
+
+def _said(content: bytes) -> str:
+    """What a body says, in one line of at most ``SAID`` characters (empty: it says nothing)."""
+    text = " ".join(content[: 4 * SAID + 1024].decode("utf-8", "replace").split())
+    if text.startswith("{"):
+        try:
+            body = decode_body(content)
+        except (ValueError, RecursionError):
+            body = None
+        if isinstance(body, dict) and (saying := {k: body[k] for k in _SAYING if k in body}):
+            text = json.dumps(saying, ensure_ascii=False, default=str)
+    return text if len(text) <= SAID else text[: SAID - 1] + "…"
 
 
 def decode_body(content: bytes) -> Any:

@@ -294,7 +294,8 @@ class Performer:
                         return Happened(eid, sent.stored, Recorded(sent.transition), sent)
                     if sent.transition.changed:
                         call, ctx = self.calls.call_of(sent.stored)
-                        acknowledged = await send_cancel(self.caller, call, ctx)
+                        acknowledged, why = await send_cancel(self.caller, call, ctx)
+                        message = message if why is None else f"{message}; {why}"
                     execution = sent.stored
                 event = Stopped(status, acknowledged, message)
                 change = await self.recorder.record(execution, event, as_owner=owner)

@@ -1,7 +1,7 @@
 """The cancel call: ``DELETE {cancel_url}``, with one more try after a transport error;
-whether it was acknowledged. Recording the stop around it (the cancel recorded as sent
-before it leaves, so that no node ever sends a second one; then TIMED_OUT or CANCELLED) is
-the engine's."""
+whether it was acknowledged, and if not, what the service said. Recording the stop around
+it (the cancel recorded as sent before it leaves, so that no node ever sends a second one;
+then TIMED_OUT or CANCELLED) is the engine's."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_after_
 
 from ecron.config.model import CallSettings
 from ecron.executor.http import CallContext, CallOutcome, HttpCaller
-from ecron.executor.outcomes import ACKNOWLEDGED, CANCEL_RETRYABLE
+from ecron.executor.outcomes import ACKNOWLEDGED, CANCEL_RETRYABLE, said
 
 log = structlog.get_logger(__name__)
 
@@ -20,9 +20,12 @@ log = structlog.get_logger(__name__)
 CANCEL_ATTEMPTS = 2
 
 
-async def send_cancel(caller: HttpCaller, call: CallSettings, ctx: CallContext) -> bool:
+async def send_cancel(
+    caller: HttpCaller, call: CallSettings, ctx: CallContext
+) -> tuple[bool, str | None]:
     """``DELETE {cancel_url}`` of the call ``ctx``, with one more try after a transport
-    error; acknowledged?"""
+    error: acknowledged?, and when not, what became of it in words people read (``cancel
+    answered HTTP 500: {"error": "busy"}``), for the execution's message."""
 
     def log_retry(state: RetryCallState) -> None:
         log.warning(
@@ -49,4 +52,4 @@ async def send_cancel(caller: HttpCaller, call: CallSettings, ctx: CallContext) 
         acknowledged=acknowledged,
         outcome=str(outcome.kind),
     )
-    return acknowledged
+    return acknowledged, None if acknowledged else said("cancel", outcome)

@@ -14,7 +14,10 @@ import {auditHash, auditPages, refreshAudit} from "./audit.js";
 import {refreshExecution} from "./execution.js";
 import {filtersHash, historyPages, homeFilters, refreshHome} from "./home.js";
 import {refreshTask} from "./task.js";
-import {TOKEN_KEY, askCaller, call, caller, may, quote, savedToken, setText} from "./view.js";
+import {
+  TOKEN_KEY, UTC_KEY, askCaller, askDaemonZone, call, caller, may, quote, savedToken, setText,
+  zones,
+} from "./view.js";
 
 const REFRESH_MS = {home: 2000, execution: 1000, audit: 2000, task: 2000};
 const VIEWS = {home: refreshHome, execution: here => refreshExecution(here.eid),
@@ -45,6 +48,7 @@ async function knowCaller() {
   if (caller.known) return true;
   try {
     await askCaller();
+    await askDaemonZone();
   } catch (error) {
     if (error.status !== 401) throw error;
     setText("problem", error.message);
@@ -71,6 +75,7 @@ async function refresh() {
     }
     if (known) {
       await VIEWS[here.view](here);
+      showZones(here);
       setText("problem", "");
     }
   } catch (error) {  // said where "loading…" was, too: never left as if still coming
@@ -86,6 +91,20 @@ async function refresh() {
   } else if (known) {
     loop.timer = setTimeout(refresh, REFRESH_MS[here.view]);
   }
+}
+
+// Which zone the page's times are in, said under the summary.
+function showZones(here) {
+  const task = here.view === "task" ? here.name : null;
+  setText("zone-note", zones.utc ? "(every time is in UTC)"
+    : task ? `(times are in the task's zone, ${zones.tasks.get(task) || zones.daemon})`
+      : `(times are in each task's own zone; the rest in ${zones.daemon}, the daemon's)`);
+}
+
+function switchZones() {
+  zones.utc = document.getElementById("utc-switch").checked;
+  try { localStorage.setItem(UTC_KEY, zones.utc ? "1" : "0"); } catch { /* this page only */ }
+  refresh();
 }
 
 // ---- what people do ----
@@ -178,6 +197,9 @@ function wire() {
     if (target && ACTIONS[target.dataset.action]) act(target);
   });
   document.getElementById("token-form").addEventListener("submit", saveToken);
+  const utc = document.getElementById("utc-switch");
+  utc.checked = zones.utc;
+  utc.addEventListener("change", switchZones);
   document.getElementById("forget-token").addEventListener("click", forgetToken);
   const form = document.getElementById("filters");
   const chosen = () => ({task: form.task.value, status: form.status.value,

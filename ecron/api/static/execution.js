@@ -1,9 +1,11 @@
-// One execution's page (#/executions/<eid>): its snapshot, steps, resume chain, upstream,
-// a timeline of its times, and its result.
+// One execution's page (#/executions/<eid>): its snapshot (its times in its task's zone),
+// steps, resume chain, upstream, a timeline of what happened to it (every attempt of its
+// fire time, its steps, its reports, the cancel call, its end), and its result.
 
 import {
-  ACTIVE, FINAL, RESUMABLE, bar, barColumn, button, etaText, executionLink, get, h, percent,
-  put, quote, setBar, setText, stalledBadge, statusNode, syncRows, textOf, timeNode, when,
+  ACTIVE, FINAL, RESUMABLE, bar, barColumn, button, duration, etaText, executionLink, get, h,
+  learnZones, percent, put, quote, setBar, setText, stalledBadge, statusNode, syncRows, textOf,
+  timeNode, tookText, zoneOf, zones,
 } from "./view.js";
 
 // How far the resume chain is followed each way.
@@ -39,8 +41,11 @@ function renderDetails(e) {
     ["triggered_at", "triggered"], ["last_report_at", "last report"],
     ["progress_at", "progress moved"],
     ["finished_at", "finished"], ["deadline", "deadline"]]) {
-    show(field, label, e[field], () => timeNode(e[field]));
+    show(field, label, [e[field], zoneOf(e.task)], () => timeNode(e[field], e.task));
   }
+  const took = duration(e);
+  show("took", "took", took, () => took == null ? "–"
+    : `${tookText(took)} (first trigger call to end)`);
   const acknowledged = e.cancel_acknowledged == null ? "no cancel call sent"
     : e.cancel_acknowledged ? "acknowledged" : "sent, not acknowledged";
   show("cancel", "cancel call", acknowledged, () => acknowledged);
@@ -63,8 +68,8 @@ const STEP_COLUMNS = [
   barColumn(s => `progress of step ${s.number}, ${s.name}`),
   s => [s.message, () => h("span", {class: "message"}, textOf(s.message))],
   s => [s.remote_id, () => h("code", {}, s.remote_id)],
-  s => [s.started_at, () => timeNode(s.started_at)],
-  s => [s.finished_at, () => timeNode(s.finished_at)],
+  s => [[s.started_at, zoneOf(s.task)], () => timeNode(s.started_at, s.task)],
+  s => [[s.finished_at, zoneOf(s.task)], () => timeNode(s.finished_at, s.task)],
 ];
 
 // An execution by id: from memory when final (a final execution never changes).
@@ -99,21 +104,47 @@ function renderChain(chain, current) {
         statusNode(c), c.id === current ? " (this one)" : null)));
 }
 
-// What happened to the execution, in order (ties keep this order: steps before its end).
-function timeline(e, steps) {
-  const events = [[e.scheduled_at, "fire time"], [e.created_at, "recorded"],
-    [e.triggered_at, "first trigger call sent"]];
+// Another execution of the same fire time (a retry, a resume), as a link with its name.
+function otherRun(a) {
+  const name = a.resume_attempt ? `resume ${a.resume_attempt} of attempt ${a.attempt}`
+    : `attempt ${a.attempt}`;
+  return [name, " (", executionLink(a.id), ")"];
+}
+
+// What happened to the execution, in order (ties keep this order: steps before its end):
+// each event [at, text or nodes, a key for its signature]. `others`: the other executions
+// of its fire time (its earlier attempts, its retries and resumes).
+function timeline(e, steps, others) {
+  const events = [[e.scheduled_at, "fire time", "fire"], [e.created_at, "recorded", "made"]];
+  for (const a of others) {
+    events.push([a.triggered_at, [...otherRun(a), " triggered"], `t${a.id}`]);
+    if (a.finished_at) {
+      events.push([a.finished_at, [...otherRun(a), ` ended ${a.status}` +
+        (a.reason ? ` (${a.reason})` : "") + (a.message ? `: ${a.message}` : "")], `e${a.id}`]);
+    }
+  }
+  const attempt = e.resume_attempt ? ` of resume ${e.resume_attempt}`
+    : e.attempt > 1 || others.length ? ` of attempt ${e.attempt}` : "";
+  events.push([e.triggered_at, `first trigger call${attempt} sent`, "trigger"]);
   for (const s of steps) {
-    events.push([s.started_at, `step ${s.number} (${s.name}) started`]);
-    events.push([s.finished_at, `step ${s.number} (${s.name}) ended ${s.status}`]);
+    events.push([s.started_at, `step ${s.number} (${s.name}) started`, `s${s.number}`]);
+    events.push([s.finished_at, `step ${s.number} (${s.name}) ended ${s.status}`, `f${s.number}`]);
   }
-  events.push([e.last_report_at, "last report applied"]);
+  events.push([e.progress_at, `progress moved, last to ${percent(e.progress).toFixed(0)}%`, "p"]);
+  events.push([e.last_report_at, "last report applied" + (e.probe_failures
+    ? `; ${e.probe_failures} failed polls in a row since` : ""), "report"]);
   if (e.finished_at) {
-    events.push([e.finished_at, `ended ${e.status}` + (e.reason ? ` (${e.reason})` : "")]);
+    if (e.cancel_acknowledged != null) {
+      events.push([e.finished_at, "cancel call sent: " + (e.cancel_acknowledged
+        ? "acknowledged" : "not acknowledged"), "cancel"]);
+    }
+    events.push([e.finished_at, `ended ${e.status}` + (e.reason ? ` (${e.reason})` : "") +
+      (e.message ? `: ${e.message}` : ""), "end"]);
   } else {
-    events.push([e.deadline, "deadline"], [e.eta, "estimated end (ETA)"]);
+    events.push([e.deadline, "deadline", "deadline"], [e.eta, "estimated end (ETA)", "eta"]);
   }
-  const known = events.filter(([at]) => at).map(([at, what]) => [Date.parse(at), at, what]);
+  const known = events.filter(([at]) => at).map(([at, what, key]) => [Date.parse(at), at, what,
+    key]);
   return known.sort((a, b) => a[0] - b[0]);
 }
 
@@ -124,13 +155,39 @@ function offset(seconds) {
     : `${(s / 3600).toFixed(1)} h`);
 }
 
-function renderTimeline(e, steps) {
-  const events = timeline(e, steps);
+// What the timeline can and cannot show, under it.
+const KEPT = "ecron keeps these moments of an execution, not yet each report, poll answer " +
+  "or retry of one trigger call: those are in the daemon's log (trigger_retry, " +
+  "poll_failed, cancel_sent), and the last report's message is the execution's message.";
+
+function renderTimeline(e, steps, others) {
+  const events = timeline(e, steps, others);
   const start = events.length ? events[0][0] : 0;
-  put(document.getElementById("timeline"), events.map(([, at, what]) => [at, what]), () =>
-    events.map(([t, at, what]) => h("li", {},
-      h("time", {datetime: at, title: at}, when(at)), " ", what, " ",
-      h("span", {class: "offset"}, offset((t - start) / 1000)))));
+  put(document.getElementById("timeline"),
+    [events.map(([, at, what, key]) => [at, key, typeof what === "string" ? what : ""]),
+      zoneOf(e.task)], () =>
+      events.map(([t, at, what, key]) => h("li", {"data-event": key},
+        timeNode(at, e.task), " ", what, " ",
+        h("span", {class: "offset"}, offset((t - start) / 1000)))));
+  setText("timeline-note", KEPT);
+}
+
+// The other executions of `e`'s fire time: its earlier attempts, retries and resumes.
+async function sameFireTime(e) {
+  const page = await get(`/executions?task=${quote(e.task)}&limit=50`);
+  return page.items.filter(a => a.id !== e.id && a.scheduled_at === e.scheduled_at)
+    .sort((a, b) => a.attempt - b.attempt || a.resume_attempt - b.resume_attempt);
+}
+
+// The zone of `task`'s times: asked once (a task no longer known: the daemon's).
+async function knowZone(task) {
+  if (zones.tasks.has(task)) return;
+  try {
+    learnZones([await get("/tasks/" + quote(task))]);
+  } catch (error) {
+    if (error.status !== 404) throw error;
+    zones.tasks.set(task, zones.daemon);
+  }
 }
 
 function renderUpstream(e) {
@@ -147,15 +204,17 @@ function renderUpstream(e) {
 export async function refreshExecution(eid) {
   const [e, steps] = await Promise.all([
     get("/executions/" + quote(eid)), get(`/executions/${quote(eid)}/steps`)]);
+  const [others] = await Promise.all([sameFireTime(e), knowZone(e.task)]);
   document.title = `ecron: ${e.task} ${e.id}`;
   put(document.getElementById("execution-title"), [e.id, e.task], () =>
     ["Execution ", h("code", {}, e.id), " of ", e.task]);
   renderDetails(e);
   renderActions(e);
-  syncRows(document.getElementById("steps"), steps.items, s => String(s.number), STEP_COLUMNS,
+  const ofTask = steps.items.map(s => ({...s, task: e.task}));
+  syncRows(document.getElementById("steps"), ofTask, s => String(s.number), STEP_COLUMNS,
     "a one-call task: no steps");
   renderUpstream(e);
-  renderTimeline(e, steps.items);
+  renderTimeline(e, steps.items, others);
   put(document.getElementById("result"), [e.result, e.result_truncated], () =>
     e.result == null
       ? (e.result_truncated ? "no result kept: it was nested more than 100 levels deep" : "no result")

@@ -1,9 +1,13 @@
-// The home view: tasks, running executions, and the history with its filters and pages.
-// The filters live in the fragment, #/?task=&status=&limit=, the API's own query.
+// The home view: the last 24 hours (one row per task, one bar per run), tasks, running
+// executions, and the history with its filters and pages. The filters live in the
+// fragment, #/?task=&status=&limit=, the API's own query. Each time of a task is in its
+// zone, a time without a task in the daemon's (view.js, `when`); today's without a date.
 
+import {dayTimeline} from "./drawings.js";
 import {
-  Pager, RESUMABLE, STATUSES, barColumn, button, counted, etaText, executionLink, get, h,
-  put, quote, stalledBadge, statusNode, stepsInline, syncRows, textOf, timeNode,
+  Pager, RESUMABLE, STATUSES, barColumn, button, counted, duration, etaText, executionLink,
+  get, h, learnZones, put, quote, stalledBadge, statusNode, stepsInline, syncRows, textOf,
+  timeNode, tookText, zoneOf,
 } from "./view.js";
 import {recentColumn} from "./task.js";
 
@@ -13,7 +17,7 @@ export const historyPages = new Pager("page");
 const TASK_COLUMNS = [
   t => [t.name, () => h("a", {href: "#/tasks/" + quote(t.name)}, h("code", {}, t.name))],
   t => [t.schedule_text, () => t.schedule_text],
-  t => [t.next_fire_at, () => timeNode(t.next_fire_at)],
+  t => [[t.next_fire_at, zoneOf(t.name)], () => timeNode(t.next_fire_at, t.name, false)],
   t => [[t.paused, t.paused_reason, t.enabled], () => t.paused
     ? [h("span", {class: "status PENDING"}, "paused"), " ",
       h("span", {class: "muted paused-reason"}, textOf(t.paused_reason))]
@@ -37,7 +41,7 @@ const POOL_COLUMNS = [
     ` ${p.running}/${p.max_running}`]],
   p => [p.waiting, () => String(p.waiting)],
   p => [p.max_per_second, () => p.max_per_second == null ? "–" : `${p.max_per_second}/s`],
-  p => [p.paused_until, () => timeNode(p.paused_until)],
+  p => [p.paused_until, () => timeNode(p.paused_until, null, false)],
   p => [p.tasks.join(), () => textOf(p.tasks.join(", "))],
 ];
 
@@ -57,8 +61,12 @@ const HISTORY_COLUMNS = [
   e => [[e.status, e.reason], () => statusNode(e)],
   e => [[e.trigger_kind, e.attempt], () => e.attempt > 1
     ? `${e.trigger_kind}, attempt ${e.attempt}` : e.trigger_kind],
-  e => [e.scheduled_at, () => timeNode(e.scheduled_at)],
-  e => [e.finished_at, () => timeNode(e.finished_at)],
+  e => [[e.scheduled_at, zoneOf(e.task)], () => timeNode(e.scheduled_at, e.task, false)],
+  e => [[e.finished_at, zoneOf(e.task)], () => timeNode(e.finished_at, e.task, false)],
+  e => {
+    const took = duration(e);
+    return [took, () => h("span", {class: "took"}, took == null ? "–" : tookText(took))];
+  },
   e => [e.message, () => h("span", {class: "message"}, textOf(e.message))],
   e => {
     const resumable = RESUMABLE.has(e.status) && !e.resumed_by;
@@ -84,6 +92,29 @@ function recentRuns(tasks, newest) {
 
 const PAGE_SIZES = ["10", "50", "200"];
 const DEFAULT_PAGE_SIZE = "50";
+
+// The front page's last 24 hours: a row per task (at most DAY_ROWS), a bar per run of the
+// newest RECENT_PAGE that ran in them; drawn again when a run moves or a minute passes.
+const DAY_ROWS = 40;
+const DAY_MS = 86400000;
+
+function renderDay(tasks, newest) {
+  const now = Date.now();
+  const names = tasks.slice(0, DAY_ROWS).map(t => t.name);
+  const shown = new Set(names);
+  const runs = newest.filter(e => shown.has(e.task) && e.triggered_at &&
+    (!e.finished_at || Date.parse(e.finished_at) >= now - DAY_MS));
+  const cut = newest.length >= RECENT_PAGE &&
+    Date.parse(newest[newest.length - 1].created_at) > now - DAY_MS;
+  const zone = zoneOf(null);
+  const more = tasks.length > names.length ? `, the first ${names.length} tasks` : "";
+  document.getElementById("day-note").textContent = `(times in ${zone}${more}` +
+    (cut ? `; only the newest ${RECENT_PAGE} runs` : "") + ")";
+  const shape = [names, runs.map(e => [e.id, e.status, e.triggered_at, e.finished_at]),
+    Math.floor(now / 60000), zone];
+  put(document.getElementById("day"), shape, () => names.length
+    ? dayTimeline(names, runs, now, zone) : h("p", {class: "muted"}, "no tasks"));
+}
 
 // The history's filters, from the fragment: #/?task=&status=&limit= (the API's query).
 export function homeFilters() {
@@ -129,6 +160,8 @@ export async function refreshHome() {
     get(`/executions?limit=${RECENT_PAGE}`),
   ]);
   const active = [...running.items, ...pending.items];
+  learnZones(tasks.items);
+  renderDay(tasks.items, recent.items);
   fillFilters(tasks.items, filters);
   syncRows(document.getElementById("tasks"), recentRuns(tasks.items, recent.items), t => t.name,
     TASK_COLUMNS, "no tasks");

@@ -1,111 +1,61 @@
-// One task's page (#/tasks/<name>): its last 100 executions as a strip of cells coloured by
-// status (oldest left, each a link to the execution's page), their durations as a chart,
-// its next fire times, its pool and the pool's use, its buttons, and (for a role that may)
-// a form to backfill a past period. The front page's
-// tasks table draws the same strip, small, of each task's last 20 runs (`runStrip`).
-//
-// The drawings are SVG elements made with createElementNS (`svg`), from text and numbers
-// only, like view.js's `h`; colours come from dashboard.css (classes by status).
+// One task's page (#/tasks/<name>): its last 100 executions as a strip of cells of one
+// fixed size coloured by status, oldest left, over a time axis (each cell a link to the
+// execution's page), their durations as a chart (time axis, duration scale, p50 and p95,
+// failures marked), its next fire times with what daylight saving time does to them said
+// as sentences, its pool and the pool's use, its buttons, and (for a role that may) a form
+// to backfill a past period. Every time on it is in the task's zone (or UTC, by the switch),
+// and the page says which. The front page's tasks table draws the same strip, small, of
+// each task's last 20 runs (`runStrip`). The drawings are drawings.js's.
 
+import {durationChart, runStrip, startTime} from "./drawings.js";
 import {
-  button, call, counted, executionLink, get, h, may, put, quote, setText, textOf, timeNode, when,
+  button, call, counted, executionLink, get, h, learnZones, may, put, quote, setText, textOf,
+  timeNode, wallParts, when, zoneOf, zoneOffset,
 } from "./view.js";
 
-const SVG_NS = "http://www.w3.org/2000/svg";
 // How many executions the page shows; how many fire times ahead.
 const RUNS = 100;
 const UPCOMING = 5;
 // How many of a backfill preview's fire times are listed.
 const PREVIEWED = 5;
-// The strips' sizes: the page's (`big`) and the tasks table's (`small`), in pixels.
-const STRIP = {big: {width: 9, gap: 2, height: 22}, small: {width: 5, gap: 1, height: 12}};
-const CHART = {height: 160, pad: 14, label: 64};
+const MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August",
+  "September", "October", "November", "December"];
 
-// An SVG element: attributes set with setAttribute, children appended as nodes or text.
-export function svg(tag, attributes, ...children) {
-  const node = document.createElementNS(SVG_NS, tag);
-  for (const [key, value] of Object.entries(attributes || {})) {
-    if (value != null) node.setAttribute(key, String(value));
+// "02:30" (with its seconds when it has some) of "2027-03-28T02:30:00".
+function clockOf(text) {
+  const [hh, mm, ss] = text.split(":");
+  return ss && Number(ss) ? `${hh}:${mm}:${ss}` : `${hh}:${mm}`;
+}
+
+// A `dst` note of /upcoming ({at, wall, change}) as a sentence, as ecron/wall.py's
+// `dst_note` says it: "02:30 does not exist on 28 March: runs at 03:30 CEST".
+export function dstSentence(note, task) {
+  const [date, clock] = String(note.wall).split("T");
+  const [, month, day] = date.split("-").map(Number);
+  const wall = clockOf(clock || "00:00:00");
+  const on = `${day} ${MONTHS[month - 1]}`;
+  let runs = "no run that day";
+  if (note.at) {
+    const at = wallParts(new Date(note.at), zoneOf(task));
+    runs = `runs at ${clockOf(at.time)} ${at.zone}`;
   }
-  for (const child of children.flat(Infinity)) {
-    if (child != null) node.append(child instanceof Node ? child : String(child));
-  }
-  return node;
+  return note.change === "repeated" ? `${wall} happens twice on ${on}: ${runs}`
+    : `${wall} does not exist on ${on}: ${runs}`;
 }
 
-// Seconds from the first trigger call to the end: null unless both are known.
-export function duration(e) {
-  if (!e.triggered_at || !e.finished_at) return null;
-  return (Date.parse(e.finished_at) - Date.parse(e.triggered_at)) / 1000;
-}
-
-export function secondsText(s) {
-  return s < 120 ? `${s.toFixed(s < 10 ? 2 : 1)} s` : s < 7200 ? `${(s / 60).toFixed(1)} min`
-    : `${(s / 3600).toFixed(1)} h`;
-}
-
-function about(e) {
-  const took = duration(e);
-  return `${e.status} · ${when(e.triggered_at || e.created_at || e.scheduled_at)} · ` +
-    (took == null ? (e.finished_at ? "never triggered" : "not finished") : secondsText(took));
-}
-
-// Executions (oldest first) as a row of cells coloured by status, each a link to its page
-// with a tooltip (<title>): status, when, how long.
-export function runStrip(runs, size = "big", label = "recent executions") {
-  const {width, gap, height} = STRIP[size];
-  const wide = Math.max(1, runs.length * (width + gap) - gap);
-  return svg("svg", {class: `runs ${size}`, width: wide, height, viewBox: `0 0 ${wide} ${height}`,
-    role: "list", "aria-label": `${label}: ${counted(runs.length, "execution")}, oldest first`},
-  runs.map((e, i) => svg("a", {href: "#/executions/" + quote(e.id), role: "listitem",
-    "data-eid": e.id, "data-status": e.status, "aria-label": `${e.id}: ${about(e)}`},
-  svg("rect", {class: `cell ${e.status}`, x: i * (width + gap), y: 0, width, height, rx: 1.5},
-    svg("title", {}, `${e.id}\n${about(e)}`)))));
-}
-
-// The durations of `runs` (oldest first) as points on a line, under the strip's cells: a
-// point for each execution with a duration, carrying data-eid and data-seconds.
-function durationChart(runs) {
-  const {width, gap} = STRIP.big;
-  const {height, pad, label} = CHART;
-  const points = runs.map((e, i) => [e, i, duration(e)]).filter(([, , s]) => s != null);
-  const most = Math.max(0.001, ...points.map(([, , s]) => s));
-  const wide = label + Math.max(1, runs.length) * (width + gap);
-  const x = i => label + i * (width + gap) + width / 2;
-  const y = s => height - pad - (s / most) * (height - 2 * pad);
-  const at = points.map(([e, i, s]) => [e, s, x(i).toFixed(1), y(s).toFixed(1)]);
-  return svg("svg", {class: "durations", width: wide, height, viewBox: `0 0 ${wide} ${height}`,
-    role: "img", "aria-label": points.length
-      ? `durations of ${counted(points.length, "finished execution")}, longest ` +
-        secondsText(most) : "no finished execution"},
-  svg("line", {class: "axis", x1: label, x2: wide, y1: y(most), y2: y(most)}),
-  svg("line", {class: "axis", x1: label, x2: wide, y1: y(0), y2: y(0)}),
-  svg("text", {x: 0, y: y(most) + 4}, secondsText(most)),
-  svg("text", {x: 0, y: y(0) + 4}, "0 s"),
-  svg("polyline", {class: "line", points: at.map(([, , px, py]) => `${px},${py}`).join(" ")}),
-  at.map(([e, s, px, py]) => svg("circle", {class: `point ${e.status}`, cx: px, cy: py, r: 3,
-    "data-eid": e.id, "data-seconds": s.toFixed(3)},
-  svg("title", {}, `${e.id}\n${about(e)}`))));
-}
-
-// A `dst` note of /upcoming, whatever its shape: text, or an object with a note and a time.
-function dstNote(note) {
-  if (note == null || typeof note !== "object") return textOf(note);
-  const text = note.note || note.text || note.message || note.reason || JSON.stringify(note);
-  return note.at ? [timeNode(note.at), " ", String(text)] : String(text);
-}
-
-function renderUpcoming(next) {
+function renderUpcoming(next, task) {
   const notes = Array.isArray(next.dst) ? next.dst : [];
-  put(document.getElementById("task-upcoming"), [next.items, next.paused, notes], () => [
-    next.paused ? h("p", {class: "muted"},
-      "paused: none of these runs until the task is unpaused") : null,
-    next.items.length ? h("ol", {class: "upcoming"}, next.items.map(at => h("li", {},
-      timeNode(at))))
-      : h("p", {class: "muted"}, "no fire time ahead (a manual, chained or disabled task, " +
-        "or a schedule with none left)"),
-    notes.length ? h("ul", {class: "dst-notes"}, notes.map(note => h("li", {},
-      dstNote(note)))) : null]);
+  put(document.getElementById("task-upcoming"), [next.items, next.paused, notes, zoneOf(task)],
+    () => [
+      next.paused ? h("p", {class: "muted"},
+        "paused: none of these runs until the task is unpaused") : null,
+      next.items.length ? h("ol", {class: "upcoming"}, next.items.map(at => h("li", {},
+        timeNode(at, task))))
+        : h("p", {class: "muted"}, "no fire time ahead (a manual, chained or disabled task, " +
+          "or a schedule with none left)"),
+      notes.length ? [h("p", {class: "muted"}, "Daylight saving time:"),
+        h("ul", {class: "dst-notes"}, notes.map(note => h("li", {class: "dst-note",
+          "data-change": note.change}, dstSentence(note, task))))] : null]);
 }
 
 function renderPool(pool) {
@@ -121,7 +71,7 @@ function renderPool(pool) {
     h("dt", {}, "waiting"), h("dd", {}, String(pool.waiting)),
     h("dt", {}, "pace"), h("dd", {}, pool.max_per_second == null ? "–"
       : `${pool.max_per_second}/s`),
-    h("dt", {}, "held back until"), h("dd", {}, timeNode(pool.paused_until)),
+    h("dt", {}, "held back until"), h("dd", {}, timeNode(pool.paused_until, null)),
     h("dt", {}, "its tasks"), h("dd", {}, pool.tasks.join(", "))]);
 }
 
@@ -133,10 +83,15 @@ function renderHead(t) {
   const state = t.paused ? `paused (${textOf(t.paused_reason)})`
     : t.enabled ? "active" : "disabled";
   const last = t.last_execution;
+  const zone = zoneOf(t.name);
   put(document.getElementById("task-details"), [t.schedule_text, t.next_fire_at, state,
-    t.consecutive_failures, t.concurrency, t.mode, last && [last.id, last.status]], () => [
+    t.consecutive_failures, t.concurrency, t.mode, last && [last.id, last.status], t.timezone],
+  () => [
     h("dt", {}, "schedule"), h("dd", {}, t.schedule_text),
-    h("dt", {}, "next fire"), h("dd", {}, timeNode(t.next_fire_at)),
+    h("dt", {}, "time zone"), h("dd", {class: "zone"}, t.timezone,
+      zone === t.timezone ? " (every time on this page is in it)"
+        : ` (times on this page are in ${zone}: the UTC switch is on)`),
+    h("dt", {}, "next fire"), h("dd", {}, timeNode(t.next_fire_at, t.name)),
     h("dt", {}, "state"), h("dd", {}, state),
     h("dt", {}, "failures in a row"), h("dd", {}, String(t.consecutive_failures)),
     h("dt", {}, "concurrency, mode"), h("dd", {}, `${t.concurrency}, ${t.mode}`),
@@ -147,18 +102,15 @@ function renderHead(t) {
       "its executions, with filters and pages"))]);
 }
 
-// A datetime-local input's value (a wall time in the browser's time zone) as RFC 3339
-// with that zone's offset then: "2027-10-30T03:00" → "2027-10-30T03:00:00+02:00". What the
-// browser cannot read is sent as typed, for the API to name the field.
-export function localTime(value) {
-  const moment = new Date(value);
-  if (!value || Number.isNaN(moment.getTime())) return value;
-  const pad = n => String(Math.trunc(Math.abs(n))).padStart(2, "0");
-  const offset = -moment.getTimezoneOffset();
-  const sign = offset < 0 ? "-" : "+";
-  return `${moment.getFullYear()}-${pad(moment.getMonth() + 1)}-${pad(moment.getDate())}T` +
-    `${pad(moment.getHours())}:${pad(moment.getMinutes())}:${pad(moment.getSeconds())}` +
-    `${sign}${pad(offset / 60)}:${pad(offset % 60)}`;
+// A datetime-local input's value, a wall time in `zone` ("2027-10-30T03:00"), as the
+// instant it names there, in RFC 3339 UTC ("2027-10-30T01:00:00.000Z"). What cannot be read
+// is sent as typed, for the API to name the field.
+export function zonedTime(value, zone) {
+  const wall = Date.parse(`${value}Z`);  // the wall time's fields, as if in UTC
+  if (!value || Number.isNaN(wall)) return value;
+  let at = wall - zoneOffset(wall, zone);
+  at = wall - zoneOffset(at, zone);  // the offset at the instant, not at the guess
+  return new Date(at).toISOString();
 }
 
 // The backfill section, made once after the fire times' (index.html has none of its own).
@@ -174,12 +126,15 @@ function backfillSection() {
   return section;
 }
 
-// POST /tasks/NAME/backfill for the form's period; what the API answered, as text nodes.
+// POST /tasks/NAME/backfill for the form's period (wall times of the task's zone); what
+// the API answered, as text nodes.
 async function backfill(name, form, dryRun) {
-  const period = {from: localTime(form.elements.from.value), to: localTime(form.elements.to.value)};
+  const zone = zoneOf(name);
+  const period = {from: zonedTime(form.elements.from.value, zone),
+    to: zonedTime(form.elements.to.value, zone)};
   const path = `/tasks/${quote(name)}/backfill`;
-  if (!dryRun && !confirm(`Backfill ${name} from ${period.from} to ${period.to}? ` +
-    "Each of its fire times without an execution runs.")) return null;
+  if (!dryRun && !confirm(`Backfill ${name} from ${when(period.from, name)} to ` +
+    `${when(period.to, name)}? Each of its fire times without an execution runs.`)) return null;
   const {body} = await call("POST", path, dryRun ? {...period, dry_run: true} : period);
   const found = `${counted(body.count, "fire time")}, ${body.already_run} already run`;
   if (!dryRun) {
@@ -188,7 +143,7 @@ async function backfill(name, form, dryRun) {
   const first = body.fire_times.slice(0, PREVIEWED);
   return [h("p", {}, found, body.count > first.length ? ` (the first ${first.length}):` : ""),
     first.length ? h("ol", {class: "upcoming backfill-times"},
-      first.map(at => h("li", {}, timeNode(at)))) : null];
+      first.map(at => h("li", {}, timeNode(at, name)))) : null];
 }
 
 // The form (from, to, preview, backfill) for a caller whose role may backfill; nothing
@@ -196,7 +151,7 @@ async function backfill(name, form, dryRun) {
 function renderBackfill(t) {
   const section = backfillSection();
   section.hidden = !may("backfill");
-  put(document.getElementById("task-backfill"), t.name, () => {
+  put(document.getElementById("task-backfill"), [t.name, zoneOf(t.name)], () => {
     if (!may("backfill")) return null;
     const result = h("div", {class: "backfill-result", role: "status", "aria-live": "polite"});
     const field = (key, label) => h("label", {}, label, " ",
@@ -221,7 +176,7 @@ function renderBackfill(t) {
     };
     const form = h("form", {class: "backfill", "aria-label": `backfill ${t.name}`},
       field("from", "from"), field("to", "to"), act("preview", true), act("backfill", false),
-      h("span", {class: "muted"}, "(your browser's local time)"));
+      h("span", {class: "muted"}, `(wall times in ${zoneOf(t.name)})`));
     form.addEventListener("submit", event => event.preventDefault());
     return [form, result];
   });
@@ -234,15 +189,22 @@ export async function refreshTask(name) {
     get(`/tasks/${quote(name)}/upcoming?count=${UPCOMING}`),
     get("/pools"),
   ]);
+  learnZones([t]);
   document.title = `ecron: task ${t.name}`;
   renderHead(t);
   const oldest = [...runs.items].reverse();
-  const shape = oldest.map(e => [e.id, e.status, e.triggered_at, e.finished_at]);
+  const shape = [oldest.map(e => [e.id, e.status, e.triggered_at, e.finished_at]),
+    zoneOf(t.name)];
+  const [first, last] = [oldest[0], oldest[oldest.length - 1]];
+  setText("task-strip-zone", first ? `(${oldest.length}, oldest left: ` +
+    `${when(startTime(first), t.name)} to ${when(startTime(last), t.name)}; times in ` +
+    `${zoneOf(t.name)})` : "(up to 100, oldest left)");
   put(document.getElementById("task-strip"), shape, () => oldest.length
     ? runStrip(oldest, "big", `the last executions of ${t.name}`)
     : h("p", {class: "muted"}, "no executions yet"));
-  put(document.getElementById("task-chart"), shape, () => durationChart(oldest));
-  renderUpcoming(next);
+  put(document.getElementById("task-chart"), shape, () => oldest.length
+    ? durationChart(oldest, t.name) : h("p", {class: "muted"}, "no executions yet"));
+  renderUpcoming(next, t.name);
   renderBackfill(t);
   renderPool(pools.items.find(p => p.tasks.includes(t.name)));
   setText("summary", `${counted(oldest.length, "execution")} shown; ` +

@@ -104,7 +104,7 @@ export function h(tag, props, ...children) {
 // what did not change is left alone (focus and a button about to be clicked survive).
 // What is shown depends on the caller's role too (its buttons): a new role redraws.
 export function put(node, signature, build) {
-  const sig = JSON.stringify([caller.role, signature]);
+  const sig = JSON.stringify([caller.role, zones.utc, zones.daemon, signature]);
   if (node.dataset.sig === sig) return;
   node.dataset.sig = sig;
   node.replaceChildren(...[build()].flat(Infinity).filter(child => child != null));
@@ -122,10 +122,107 @@ export function counted(number, thing) {
 
 export function textOf(value) { return value == null || value === "" ? "–" : String(value); }
 
-export function when(iso) { return iso ? new Date(iso).toLocaleString() : "–"; }
+// ---- times, as people read them ----
+//
+// DESIGN.md, "What people read" (ecron/wall.py is its home in Python): a time of a task is a
+// wall time in the task's own zone, any other in the daemon's `timezone` (GET /about), to
+// the second, with the zone's abbreviation (CET) or, where it has none, its offset
+// (+08:00); the UTC switch shows every one in UTC. The API keeps RFC 3339 UTC: each <time>
+// carries it in its datetime and title.
 
-export function timeNode(iso) {
-  return iso ? h("time", {datetime: iso, title: iso}, when(iso)) : "–";
+export const UTC_KEY = "ecron-utc";
+// The zones: the daemon's, each task's (learnt from what the API answers), and the switch.
+export const zones = {daemon: "UTC", tasks: new Map(), utc: false};
+
+try { zones.utc = localStorage.getItem(UTC_KEY) === "1"; } catch { /* UTC off */ }
+
+// The zone a time of `task` is shown in (the daemon's for a time with no task, or of a
+// task not known here); UTC while the switch is on.
+export function zoneOf(task) {
+  if (zones.utc) return "UTC";
+  return (task && zones.tasks.get(task)) || zones.daemon;
+}
+
+// Notes each task snapshot's zone; the daemon's is asked once (a daemon too old to say: UTC).
+export function learnZones(tasks) {
+  for (const t of tasks) zones.tasks.set(t.name, t.timezone || "UTC");
+}
+
+export async function askDaemonZone() {
+  try { zones.daemon = (await get("/about")).timezone || "UTC"; } catch { zones.daemon = "UTC"; }
+}
+
+const formats = new Map();
+function format(zone, locale, options) {
+  const key = [zone, locale, JSON.stringify(options)].join("|");
+  if (!formats.has(key)) {
+    formats.set(key, new Intl.DateTimeFormat(locale, {timeZone: zone, ...options}));
+  }
+  return formats.get(key);
+}
+
+function part(parts, type) { return (parts.find(p => p.type === type) || {}).value || ""; }
+
+// The zone at `date` as people know it: an abbreviation where the browser has one (CEST,
+// GMT, EST), else the offset (+08:00).
+export function zoneLabel(date, zone) {
+  for (const locale of ["en-GB", "en-US"]) {
+    const name = part(format(zone, locale, {timeZoneName: "short"}).formatToParts(date),
+      "timeZoneName");
+    if (/^[A-Z]{2,6}$/.test(name)) return name;
+  }
+  const offset = part(format(zone, "en-GB", {timeZoneName: "longOffset"}).formatToParts(date),
+    "timeZoneName").replace(/^GMT/, "");
+  return offset || "+00:00";
+}
+
+// The wall time of `date` in `zone`: {date: "2026-12-04", time: "02:30:00", zone: "CET"}.
+export function wallParts(date, zone) {
+  const parts = format(zone, "en-CA", {year: "numeric", month: "2-digit", day: "2-digit",
+    hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23"}).formatToParts(date);
+  return {date: `${part(parts, "year")}-${part(parts, "month")}-${part(parts, "day")}`,
+    time: `${part(parts, "hour")}:${part(parts, "minute")}:${part(parts, "second")}`,
+    zone: zoneLabel(date, zone)};
+}
+
+// How far the wall clock of `zone` is ahead of UTC at `ms`, in milliseconds.
+export function zoneOffset(ms, zone) {
+  const at = wallParts(new Date(ms), zone);
+  return Date.parse(`${at.date}T${at.time}Z`) - Math.floor(ms / 1000) * 1000;
+}
+
+// "2026-12-04 02:30:00 CST": an API time (RFC 3339) as a wall time of `task`'s zone;
+// `dated` false leaves out the date when it is today's there.
+export function when(iso, task, dated = true) {
+  if (!iso) return "–";
+  const zone = zoneOf(task);
+  const at = wallParts(new Date(iso), zone);
+  const today = wallParts(new Date(), zone).date;
+  return `${dated || at.date !== today ? at.date + " " : ""}${at.time} ${at.zone}`;
+}
+
+export function timeNode(iso, task, dated = true) {
+  return iso ? h("time", {datetime: iso, title: `${iso} (UTC)`}, when(iso, task, dated)) : "–";
+}
+
+// How long a run took, "0.4 s", "42 s", "3 min 5 s", "2 h 10 min": rounded half up in the
+// same steps as ecron/wall.py's `took`, so the CLI and the page say the same.
+export function tookText(seconds) {
+  const tenths = Math.floor(Math.max(seconds, 0) * 10 + 0.5);
+  if (tenths < 100) return `${Math.floor(tenths / 10)}.${tenths % 10} s`;
+  const whole = Math.floor(seconds + 0.5);
+  if (whole < 60) return `${whole} s`;
+  if (whole < 3600) {
+    return whole % 60 ? `${Math.floor(whole / 60)} min ${whole % 60} s` : `${whole / 60} min`;
+  }
+  const hours = Math.floor(whole / 3600), minutes = Math.floor(whole % 3600 / 60);
+  return minutes ? `${hours} h ${minutes} min` : `${hours} h`;
+}
+
+// Seconds from the first trigger call to the end: null unless both are known.
+export function duration(e) {
+  if (!e.triggered_at || !e.finished_at) return null;
+  return (Date.parse(e.finished_at) - Date.parse(e.triggered_at)) / 1000;
 }
 
 export function executionLink(id) {
