@@ -60,9 +60,8 @@ from ecron.starts import Asked, StartRequest, StartResult, Starts
 
 log = structlog.get_logger(__name__)
 
-#: Starts that fall due together are decided this many per transaction at most, and no more
-#: than four per worker (bench.burst, 10,000 due at once: fewer, larger transactions than
-#: one per hundred).
+#: Starts falling due together are decided this many per transaction at most, and no more
+#: than four per worker (bench.burst, 10,000 due at once: fewer, larger transactions).
 START_SLICE = 400
 #: The cadence of an execution whose call is not followed (claimed, ended): never read.
 _UNFOLLOWED = Cadence(timedelta(0), False, timedelta(0), timedelta(0))
@@ -113,13 +112,11 @@ class Engine:
 
     @property
     def idle(self) -> bool:
-        """True when no job is due or under way, no start is being decided, and no trigger
-        retry or stop runs in the background."""
+        """True when no job is due or under way, no start decided, no retry or stop running."""
         return self.executor.idle and not self._starting and not self._background
 
     def settled(self, now: datetime) -> bool:
-        """True once everything due by ``now`` was carried out and nothing is under way
-        (tests that move the clock wait for this)."""
+        """True once all due by ``now`` was carried out and nothing is under way (tests)."""
         return self.idle and not self.executor.due_by(now)
 
     def wake(self) -> None:

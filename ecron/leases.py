@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from ecron.clock import Clock, iso
+from ecron.clock import Clock, Wakeup, iso
 from ecron.config.model import DaemonSettings
 from ecron.core import Execution, Status, due_at
 from ecron.executor.held import Held
@@ -66,9 +66,13 @@ class Leases:
         settings: DaemonSettings,
         node_id: str,
         metrics: Metrics,
+        scheduler_wakeup: Wakeup,
     ) -> None:
         self.store = store
         self.held = held
+        #: Rung when the node took a new lease: what it held under the old one is taken
+        #: back at once, not at the next takeover round.
+        self.scheduler_wakeup = scheduler_wakeup
         self.clock = clock
         self.settings = settings
         self.node_id = node_id
@@ -160,6 +164,7 @@ class Leases:
         own_too = self._next_own_sweep is None or now >= self._next_own_sweep
         if own_too:  # its own claims it did not start in time
             self._next_own_sweep = now + self.settings.lease_ttl / 2
+        self._next_takeover = now + TAKEOVER_EVERY  # (a new lease taken meanwhile resets it)
         taken = await self.store.claim_runnable(
             self.held.lease,
             now,
@@ -167,8 +172,8 @@ class Leases:
             CLAIM_BATCH,
             skip=self.held if own_too else None,
         )
-        full = len(taken) >= CLAIM_BATCH
-        self._next_takeover = now if full else now + TAKEOVER_EVERY
+        if len(taken) >= CLAIM_BATCH:
+            self._next_takeover = now
         mine = [a for a in taken if known(a.execution.task)]
         strangers = [a.execution.eid for a in taken if not known(a.execution.task)]
         if strangers:
@@ -297,6 +302,8 @@ class Leases:
             self.held.forget(eid)
         self.held.lease = lease
         self.lost = False
+        self._next_takeover = None  # take back what nobody took, now
+        self.scheduler_wakeup.ring()
         log.warning("node_lease_taken_again", node=self.node_id, epoch=self.held.lease.epoch)
         valid_until = self._asked_until = self.lease_until(now)
         self.held.renewed(valid_until)

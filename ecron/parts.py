@@ -75,6 +75,7 @@ class Parts:
             settings=settings,
             node_id=node_id,
             metrics=metrics,
+            scheduler_wakeup=wakeup,
         )
         bookkeeping = Bookkeeping(
             store=store,

@@ -73,17 +73,12 @@ class Starts:
         self.specs = specs
 
     async def start(self, requests: Sequence[StartRequest]) -> list[StartResult]:
-        """Decide ``requests`` in one transaction (oldest fire time first, so that the older
-        run of a task is the one that starts under ``forbid``); each one's result."""
-        if self.leases.lost:  # no start under a lease that is no longer the node's
-            raise Conflict("this node lost its lease and is taking a new one: ask again")
+        """Decide ``requests`` in one transaction, oldest fire time first (the older run of a
+        task is the one that starts under ``forbid``); each one's result. Not without a lease."""
+        self._lease_held()
         now = self.clock.now()
         ordered = sorted(requests, key=lambda r: (r.execution.scheduled_at, r.execution.eid))
-        late = [
-            r.execution.task
-            for r in ordered
-            if is_late(r.execution, self.specs.get(r.execution.task), now)
-        ]
+        late = [r.execution.task for r in ordered if self._late(r.execution, now)]
         decided: dict[str, tuple[StartDecision, Execution | None]] = {}
 
         def decide(gates: Mapping[str, Gate]) -> StartWrites:
@@ -111,8 +106,8 @@ class Starts:
                     )
                 if request.new:
                     inserts.append(after)
-                else:
-                    writes.append((execution, after))
+                    continue
+                writes.append((execution, after))
             return StartWrites(writes, inserts, pools.paces)
 
         names = {r.execution.task for r in ordered}
@@ -134,6 +129,16 @@ class Starts:
             lease=self.leases.held.lease,
         )
         return self._results(ordered, decided, started)
+
+    def _late(self, execution: Execution, now: datetime) -> bool:
+        """Whether ``execution`` starts late (past its task's misfire grace)."""
+        return is_late(execution, self.specs.get(execution.task), now)
+
+    def _lease_held(self) -> None:
+        """Raise ``Conflict`` while the node has no lease (lost, a new one not yet taken):
+        nothing starts under a lease that is no longer the node's."""
+        if self.leases.lost:
+            raise Conflict("this node lost its lease and is taking a new one: ask again")
 
     def _pools(self, names: Collection[str]) -> dict[str, tuple[PoolGate, list[str]]]:
         """The pools of the tasks ``names``: each one's limits, and every task in it."""

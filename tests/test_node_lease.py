@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from structlog.testing import capture_logs
 
-from ecron.clock import Clock
+from ecron.clock import Clock, Wakeup
 from ecron.config.model import DaemonSettings
 from ecron.core import Execution, Lease, Status
 from ecron.executor.held import Held
@@ -181,7 +181,13 @@ async def test_a_node_holding_10000_executions_renews_them_with_one_statement_pe
     held = Held("n1")
     clock = Clock()
     leases = Leases(
-        store=store, held=held, clock=clock, settings=settings, node_id="n1", metrics=Metrics()
+        store=store,
+        held=held,
+        clock=clock,
+        settings=settings,
+        node_id="n1",
+        metrics=Metrics(),
+        scheduler_wakeup=Wakeup(),
     )
     await leases.register()
     now = clock.now() + timedelta(seconds=2)  # the dead node's lease has run out

@@ -396,7 +396,7 @@ def _retry_after(headers: Mapping[str, str] | None, now: Callable[[], datetime])
     ``MAX_RETRY_AFTER``; None when there is none or it is malformed (the answer is then a
     plain 429 or 503, retried with backoff)."""
     # an answer's header names are in lower case (``Wire``); a case-blind mapping finds it so too
-    value = None if headers is None else headers.get("retry-after")
+    value = None if headers is None else headers.get("retry-after") or headers.get("Retry-After")
     if not value:
         return None
     text = str(value).strip()

@@ -158,6 +158,8 @@ class NodeOperations:
         # A look first, read-only: most rounds find no lease run out and nothing free.
         async with self.engines.read() as conn:
             holders = await _holders_of(conn)
+            if not _current(holders, lease):  # fenced: a node without a lease takes nothing
+                return []
             expired = [h for h in holders if h.ran_out(now) and h.node != lease.node]
             free = _free(holders, lease, now, own_too=own_too, fenced=expired)
             candidates = await self._free_eids(conn, free, limit, skip or ())
@@ -167,6 +169,8 @@ class NodeOperations:
             if expired:  # fenced first: a renewal of theirs that comes later fails
                 await conn.execute(_fence(expired, now))
                 holders = await _holders_of(conn)
+                if not _current(holders, lease):
+                    return []
                 free = _free(holders, lease, now, own_too=own_too, fenced=[])
                 candidates = await self._free_eids(conn, free, limit, skip or ())
             if not candidates:
@@ -354,6 +358,11 @@ def held_until(
     if node_epoch != epoch or node_until is None:
         return None
     return node_until if own is None else min(own, node_until)
+
+
+def _current(holders: Sequence[_Holder], lease: Lease) -> bool:
+    """True when ``lease`` is still its node's (not fenced, not replaced by a newer one)."""
+    return any(h.node == lease.node and h.epoch == lease.epoch for h in holders)
 
 
 def _fence(nodes: Sequence[_Holder], now: datetime) -> sa.Update:
