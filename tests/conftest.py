@@ -1,12 +1,13 @@
 """Shared fixtures: databases (SQLite and PostgreSQL from one parametrised fixture), a real
-redis-server, a real user service on 127.0.0.1, and a daemon factory."""
+redis-server, a real user service on 127.0.0.1, and a daemon factory. Fixtures only: what
+tests import (task specs, the factory's type, servers) is in ``tests/support/``."""
 
 from __future__ import annotations
 
 import io
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from ecron.daemon import Daemon
 from ecron.store.engine import Engines
 from ecron.store.migrate import upgrade
 from ecron.store.sql import SqlStore
+from tests.support.daemon import DaemonFactory
 from tests.support.postgres import PostgresServer, start_server, unavailable
 from tests.support.redis_server import RedisServer, start_redis
 from tests.support.service import UserService
@@ -94,21 +96,6 @@ async def user_service() -> AsyncIterator[UserService]:
     service.url = f"http://127.0.0.1:{port}"
     yield service
     await runner.cleanup()
-
-
-def task(name: str, url: str, **keys: Any) -> TaskSpec:
-    """A task spec with short test-friendly defaults."""
-    values: dict[str, Any] = {
-        "name": name,
-        "schedule": "manual",
-        "url": url,
-        "poll_interval": "100ms",
-    }
-    values.update(keys)
-    return TaskSpec.model_validate(values)
-
-
-DaemonFactory = Callable[..., AbstractAsyncContextManager[Daemon]]
 
 
 @pytest.fixture

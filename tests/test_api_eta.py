@@ -17,8 +17,8 @@ from ecron.clock import iso
 from ecron.core import Execution, Status
 from ecron.daemon import Daemon
 from ecron.ids import new_eid
-from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, run_once
+from tests.support.daemon import DaemonFactory, task
 from tests.support.rig import FakeClock
 from tests.support.service import UserService, wait_for
 

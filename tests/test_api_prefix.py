@@ -12,8 +12,8 @@ import aiohttp
 from ecron.core import Execution, Reason, Status
 from ecron.daemon import Daemon
 from ecron.signing import callback_token
-from tests.conftest import DaemonFactory, task
 from tests.protocol_support import run_once
+from tests.support.daemon import DaemonFactory, task
 from tests.support.service import JSON_BODY, UserService
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -32,8 +32,8 @@ from ecron.core import Execution, Status, TriggerKind
 from ecron.core.audit import AuditQuery
 from ecron.daemon import Daemon
 from ecron.planning import Claim, FirstFireTimes, plan_fires
-from tests.conftest import DaemonFactory, task
 from tests.protocol_support import reply
+from tests.support.daemon import DaemonFactory, task
 from tests.support.rig import FakeClock, rig
 from tests.support.service import UserService, wait_for
 

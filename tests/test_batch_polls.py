@@ -18,9 +18,9 @@ from ecron.executor.batch import CALL_NAME, batch_poll
 from ecron.executor.http import CallContext, HttpCaller, OutcomeKind
 from ecron.executor.wire import Wire
 from ecron.metrics import Metrics
-from tests.conftest import task
 from tests.protocol_support import started_then_slow
 from tests.support.batch import BatchAnswer, BatchCall, BatchService, batch_service
+from tests.support.daemon import task
 from tests.support.rig import Rig, rig
 from tests.support.service import wait_for
 

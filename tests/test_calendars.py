@@ -16,7 +16,7 @@ from ecron.calendars import Exclusion
 from ecron.config.model import TaskSpec
 from ecron.core import Status
 from ecron.planning import Claim, plan_fires
-from tests.conftest import task
+from tests.support.daemon import task
 
 HOUR = timedelta(hours=1)
 

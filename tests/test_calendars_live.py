@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 
 from ecron.clock import iso
 from ecron.daemon import Daemon
-from tests.conftest import DaemonFactory, task
+from tests.support.daemon import DaemonFactory, task
 from tests.support.rig import FakeClock
 from tests.support.service import UserService, wait_for
 from tests.test_daemon import api

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from ecron.config.model import TaskSpec
 from ecron.daemon import Daemon
-from tests.conftest import DaemonFactory, task
+from tests.support.daemon import DaemonFactory, task
 from tests.support.examples import load_example
 from tests.support.service import JSON_BODY, wait_for
 

@@ -16,8 +16,8 @@ from structlog.testing import capture_logs
 from ecron.core import Reason, Status
 from ecron.daemon import Daemon
 from ecron.signing import callback_token
-from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, reply, run_once, started_then_slow
+from tests.support.daemon import DaemonFactory, task
 from tests.support.rig import FakeClock
 from tests.support.service import UserService, wait_for
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from ecron.core import Execution, Reason, Status, TriggerKind
 from ecron.ids import new_eid
-from tests.conftest import task
 from tests.protocol_support import reply
+from tests.support.daemon import task
 from tests.support.rig import Rig, rig
 from tests.support.service import UserService, wait_for
 

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from ecron.cli import cli, client_cmds  # noqa: F401  (registers the commands)
 from ecron.daemon import Daemon
-from tests.conftest import DaemonFactory, task
+from tests.support.daemon import DaemonFactory, task
 from tests.support.service import UserService, wait_for
 from tests.test_daemon import api, final
 

@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 
 from ecron.core import Reason, Status
-from tests.conftest import DaemonFactory, task
+from tests.support.daemon import DaemonFactory, task
 from tests.support.rig import FakeClock
 from tests.support.service import UserService, wait_for
 

@@ -33,8 +33,8 @@ from ecron.config.model import TaskSpec
 from ecron.core import Execution, Reason, Status, TriggerKind
 from ecron.daemon import Daemon
 from ecron.wall import took, wall, wall_today
-from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, reply, run_once
+from tests.support.daemon import DaemonFactory, task
 from tests.support.processes import finished, reaped
 from tests.support.service import UserService, wait_for
 

@@ -24,8 +24,8 @@ from ecron.cli.display import short_length
 from ecron.cli.group import COMMANDS
 from ecron.daemon import Daemon
 from ecron.ids import SHORT_ID
-from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, run_once
+from tests.support.daemon import DaemonFactory, task
 from tests.support.processes import finished
 from tests.support.service import UserService
 

@@ -15,7 +15,7 @@ from ecron.config.model import TaskSpec
 from ecron.core import Reason, Status
 from ecron.planning import MISFIRE_RECORDS, rewound_fire_time
 from ecron.scheduler import STEP_BACK
-from tests.conftest import task
+from tests.support.daemon import task
 from tests.support.rig import Rig, rig
 from tests.support.service import UserService, wait_for
 

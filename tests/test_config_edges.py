@@ -15,8 +15,8 @@ import pytest
 from ecron.config import load_config
 from ecron.config.summary import validation_report
 from ecron.core import Status
-from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, run_once
+from tests.support.daemon import DaemonFactory, task
 from tests.support.service import UserService
 from tests.test_config import NOW, one_task, problems_of, write_config
 

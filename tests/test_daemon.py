@@ -14,8 +14,8 @@ from aiohttp import web
 from ecron.config.model import Config, DaemonSettings
 from ecron.core import Status
 from ecron.daemon import Daemon
-from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended
+from tests.support.daemon import DaemonFactory, task
 from tests.support.rig import rig
 from tests.support.service import JSON_BODY, JSON_TYPE, UserService, wait_for
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, reply, run_once
+from tests.support.daemon import DaemonFactory, task
 from tests.support.processes import finished
 from tests.support.service import UserService, wait_for
 

@@ -22,9 +22,9 @@ from ecron.config.model import TaskSpec
 from ecron.config.rules import PoolSpec
 from ecron.core import Status
 from ecron.daemon import Daemon
-from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, reply, run_once
 from tests.support.browser import Page, WebDriver, browser_session, dashboard
+from tests.support.daemon import DaemonFactory, task
 from tests.support.service import JSON_BODY, UserService, wait_for
 
 #: Where the screenshot is copied when ECRON_SAVE_SCREENSHOT=1 (README links it).

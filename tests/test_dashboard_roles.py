@@ -16,9 +16,9 @@ import pytest
 
 from ecron.core.audit import AuditQuery
 from ecron.daemon import Daemon
-from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, reply
 from tests.support.browser import Page, WebDriver, browser_session, dashboard
+from tests.support.daemon import DaemonFactory, task
 from tests.support.service import UserService
 
 ADMIN, OPERATOR, VIEWER = "adm1n-t0ken", "0perat0r-t0ken", "v1ewer-t0ken"

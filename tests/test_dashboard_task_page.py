@@ -29,9 +29,9 @@ from ecron.config.rules import PoolSpec
 from ecron.core import Status
 from ecron.daemon import Daemon
 from ecron.wall import took, wall
-from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, run_once
 from tests.support.browser import Page, WebDriver, browser_session, dashboard
+from tests.support.daemon import DaemonFactory, task
 from tests.support.rig import FakeClock
 from tests.support.service import JSON_BODY, Job, UserService, wait_for
 

@@ -18,7 +18,7 @@ from ecron.clock import Clock, Reading, best_offset
 from ecron.core import Status
 from ecron.ids import new_eid
 from ecron.store.sql import SqlStore
-from tests.conftest import DaemonFactory, task
+from tests.support.daemon import DaemonFactory, task
 from tests.support.latency import proxied_database
 from tests.support.service import UserService, wait_for
 

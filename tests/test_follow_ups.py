@@ -12,8 +12,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from ecron.core import Execution, Reason, Status, TriggerKind
-from tests.conftest import task
 from tests.protocol_support import reply
+from tests.support.daemon import task
 from tests.support.rig import Rig, rig
 from tests.support.service import UserService, wait_for
 

@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 
 from ecron.core import InvalidReport, RemoteStatus, Status, parse_report
 from ecron.signing import callback_token
-from tests.conftest import DaemonFactory, task
+from tests.support.daemon import DaemonFactory, task
 from tests.support.openapi import AUTH, TOKEN
 from tests.support.service import UserService, wait_for
 

@@ -19,8 +19,8 @@ import aiohttp
 import pytest
 
 from ecron.daemon import Daemon
-from tests.conftest import DaemonFactory, task
 from tests.support.check_service import PACE, verdicts
+from tests.support.daemon import DaemonFactory, task
 from tests.support.kit_processes import ServiceProcess, free_port
 from tests.support.kit_service import read_events
 from tests.support.service import JSON_BODY, wait_for

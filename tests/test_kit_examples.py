@@ -18,8 +18,8 @@ import aiohttp
 import pytest
 
 from ecron.daemon import Daemon
-from tests.conftest import DaemonFactory, task
 from tests.support.check_service import PACE, verdicts
+from tests.support.daemon import DaemonFactory, task
 from tests.support.kit_processes import ROOT, ServiceProcess, free_port
 from tests.support.service import JSON_BODY, wait_for
 

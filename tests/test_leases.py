@@ -19,8 +19,8 @@ from ecron.leases import CLAIM_GRACE
 from ecron.store.migrate import upgrade
 from ecron.store.sql import SqlStore
 from ecron.store.tables import execution_table, node_table
-from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, run_once
+from tests.support.daemon import DaemonFactory, task
 from tests.support.rig import FakeClock, rig
 from tests.support.service import UserService, wait_for
 

@@ -57,7 +57,7 @@ from ecron.core.next import (
     next_action,
 )
 from ecron.planning import Begin, Decline, Defer, Refuse, Skip, decide_start
-from tests.conftest import task as task_spec
+from tests.support.daemon import task as task_spec
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 NOW = T0 + timedelta(minutes=10)

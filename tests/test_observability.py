@@ -24,8 +24,8 @@ from structlog.testing import capture_logs
 from ecron import logs
 from ecron.daemon import Daemon
 from ecron.signing import callback_token, verify
-from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, reply, run_once
+from tests.support.daemon import DaemonFactory, task
 from tests.support.processes import finished
 from tests.support.rig import FakeClock
 from tests.support.service import UserService, wait_for
@@ -135,7 +135,7 @@ async def test_log_lines_about_an_execution_carry_its_context_and_it_ends_with_o
     with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as captured:
         async with make_daemon([spec]) as daemon:
             eid = await run_once(daemon, "ctx")
-            await ended(daemon, eid)
+            stored = await ended(daemon, eid)
     about = [e for e in captured if e.get("execution_id") == eid]
     by_event = {e["event"]: e for e in about}
     for event in ("trigger_retry", "poll_failed", "execution_status_changed"):
@@ -147,7 +147,14 @@ async def test_log_lines_about_an_execution_carry_its_context_and_it_ends_with_o
     assert by_event["poll_failed"]["attempts_left"] == 4
     [end] = [e for e in about if e["event"] == "execution_finished"]
     assert end["status"] == "SUCCESS" and end["reason"] is None
-    assert end["duration_seconds"] >= 0 and end["trigger_lag_seconds"] >= 0
+    # the line's figures are the stored run's, not numbers clamped to zero: the service
+    # held the run 0.1 s at least, and the lag is from the moment asked to the first call
+    assert stored.triggered_at is not None and stored.finished_at is not None
+    took = (stored.finished_at - stored.triggered_at).total_seconds()
+    lag = (stored.triggered_at - stored.scheduled_at).total_seconds()
+    assert end["duration_seconds"] >= 0.1
+    assert end["duration_seconds"] == pytest.approx(took, abs=0.002)
+    assert end["trigger_lag_seconds"] == pytest.approx(lag, abs=0.002)
     assert end["attempt"] == 1 and end["log_level"] == "info"
 
 

@@ -23,9 +23,9 @@ import ecron.executor.recorder as recorder_module
 from ecron.core import Channel, Event, Execution, Reported, Status, Transition
 from ecron.daemon import Daemon
 from ecron.signing import callback_token
-from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, run_once
 from tests.support.batch import BatchService, batch_service
+from tests.support.daemon import DaemonFactory, task
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.service import wait_for
 from tests.test_callbacks import push, token_of

@@ -19,8 +19,8 @@ import pytest
 
 import ecron.starts as starts_module
 from ecron.core import Execution, Gate, Status, TriggerKind
-from tests.conftest import task
 from tests.protocol_support import reply
+from tests.support.daemon import task
 from tests.support.rig import rig
 from tests.support.service import UserService, wait_for
 

@@ -19,8 +19,8 @@ from ecron.config.rules import PoolSpec
 from ecron.core import Status
 from ecron.signing import callback_token
 from ecron.store.records import TaskState
-from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended
+from tests.support.daemon import DaemonFactory, task
 from tests.support.openapi import AUTH, TOKEN, Recorder, api_context, served_document
 from tests.support.service import UserService, wait_for
 

@@ -21,8 +21,8 @@ from schemathesis.checks import positive_data_acceptance
 
 from ecron.api import openapi
 from ecron.signing import callback_token
-from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended
+from tests.support.daemon import DaemonFactory, task
 from tests.support.openapi import TOKEN, Recorder, served_document
 from tests.support.service import UserService, wait_for
 

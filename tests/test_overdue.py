@@ -19,7 +19,7 @@ from ecron.overdue import Overdue, overdue_at
 from ecron.planning import FirstFireTimes
 from ecron.store.records import TaskState
 from ecron.store.sql import SqlStore
-from tests.conftest import DaemonFactory, task
+from tests.support.daemon import DaemonFactory, task
 from tests.support.rig import FakeClock
 from tests.support.service import UserService, wait_for
 from tests.test_daemon import api, final

@@ -21,7 +21,7 @@ from aiohttp import web
 from ecron.config.model import Config, DaemonSettings, TaskSpec
 from ecron.core import Execution, Reason, Status
 from ecron.daemon import Daemon
-from tests.conftest import task
+from tests.support.daemon import task
 from tests.support.rig import Rig, rig
 from tests.support.service import UserService, held_back, wait_for
 

@@ -13,8 +13,8 @@ from structlog.testing import capture_logs
 from ecron.config.model import TaskSpec
 from ecron.core import Execution, Reason, Status
 from ecron.core.audit import AuditEntry, AuditQuery
-from tests.conftest import DaemonFactory, task
 from tests.protocol_support import reply
+from tests.support.daemon import DaemonFactory, task
 from tests.support.rig import rig
 from tests.support.service import UserService, wait_for
 

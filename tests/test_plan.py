@@ -25,7 +25,7 @@ from ecron.store.engine import Engines
 from ecron.store.migrate import upgrade
 from ecron.store.sql import SqlStore
 from ecron.store.tables import task_table
-from tests.conftest import DaemonFactory, task
+from tests.support.daemon import DaemonFactory, task
 from tests.support.rig import FakeClock
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

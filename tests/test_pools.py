@@ -19,8 +19,8 @@ from ecron.config.loader import load_config
 from ecron.config.rules import PoolSpec
 from ecron.core import Status
 from ecron.errors import ConfigError
-from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, reply
+from tests.support.daemon import DaemonFactory, task
 from tests.support.rig import FakeClock, rig
 from tests.support.service import UserService, wait_for
 

@@ -11,8 +11,8 @@ import pytest
 
 from ecron.core import Status
 from ecron.daemon import Daemon
-from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, reply, reset, run_once, slow, times
+from tests.support.daemon import DaemonFactory, task
 from tests.support.service import UserService, wait_for
 
 

@@ -10,8 +10,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from ecron.core import Reason, Status
-from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, huge, reply, reset, run_once, slow, times
+from tests.support.daemon import DaemonFactory, task
 from tests.support.service import UserService, wait_for
 
 RUNNING = reply(200, {"status": "RUNNING", "progress": 10})

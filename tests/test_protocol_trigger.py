@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from ecron.core import Reason, Status
-from tests.conftest import DaemonFactory, task
 from tests.protocol_support import (
     ended,
     huge,
@@ -24,6 +23,7 @@ from tests.protocol_support import (
     started_then_slow,
     times,
 )
+from tests.support.daemon import DaemonFactory, task
 from tests.support.service import UserService
 
 FAST_RETRY = {"attempts": 3, "backoff": "20ms", "max_backoff": "50ms"}

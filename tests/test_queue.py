@@ -28,8 +28,8 @@ from ecron.daemon import Daemon
 from ecron.errors import ConfigError
 from ecron.queue import QueueConsumer, connect
 from ecron.signing import callback_token
-from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, run_once
+from tests.support.daemon import DaemonFactory, task
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.rig import Rig, rig
 from tests.support.service import UserService, wait_for

@@ -13,8 +13,8 @@ import pytest
 from aiohttp import web
 
 from ecron.core import Status
-from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, run_once
+from tests.support.daemon import DaemonFactory, task
 from tests.support.examples import load_example
 from tests.support.redis_server import RedisServer
 from tests.support.service import wait_for

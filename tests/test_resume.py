@@ -17,8 +17,8 @@ from ecron.config.model import TaskSpec
 from ecron.core import Execution, Reason, Status, TriggerKind
 from ecron.daemon import Daemon
 from ecron.signing import callback_token
-from tests.conftest import DaemonFactory
 from tests.protocol_support import ended, reply, run_once
+from tests.support.daemon import DaemonFactory
 from tests.support.rig import FakeClock
 from tests.support.service import JSON_BODY, UserService, wait_for
 

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from ecron.api.access import needed_role
 from ecron.config.callers import RANK, Role
 from ecron.daemon import Daemon
-from tests.conftest import DaemonFactory, task
+from tests.support.daemon import DaemonFactory, task
 from tests.support.openapi import served_document
 from tests.support.service import UserService
 from tests.test_secrets import leaked

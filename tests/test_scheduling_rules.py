@@ -20,8 +20,8 @@ from ecron.planning import (
     plan_retry,
     retry_delay,
 )
-from tests.conftest import task
 from tests.protocol_support import reply
+from tests.support.daemon import task
 from tests.support.rig import rig
 from tests.support.service import UserService, wait_for
 

@@ -23,7 +23,7 @@ from ecron.api import openapi
 from ecron.api.dashboard import FILES
 from ecron.daemon import Daemon
 from ecron.signing import callback_token
-from tests.conftest import DaemonFactory, task
+from tests.support.daemon import DaemonFactory, task
 from tests.support.service import UserService, wait_for
 
 TOKEN = "api-t0ken-0123456789abcdef"

@@ -14,7 +14,7 @@ from ecron.config import load_config
 from ecron.config.model import DaemonSettings
 from ecron.daemon import Daemon
 from ecron.errors import ConfigError
-from tests.conftest import DaemonFactory, task
+from tests.support.daemon import DaemonFactory, task
 from tests.support.service import UserService
 
 

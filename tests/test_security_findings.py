@@ -23,8 +23,8 @@ from ecron.core.machine import RETRY_AFTER
 from ecron.daemon import Daemon
 from ecron.executor.http import classify
 from ecron.signing import callback_token, signature, verify
-from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, reply, run_once
+from tests.support.daemon import DaemonFactory, task
 from tests.support.faulty import answering as receiving
 from tests.support.faulty import endless_body
 from tests.support.service import UserService, wait_for

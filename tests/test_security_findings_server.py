@@ -23,8 +23,8 @@ from structlog.testing import capture_logs
 
 from ecron.daemon import Daemon
 from ecron.signing import callback_token
-from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, run_once
+from tests.support.daemon import DaemonFactory, task
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.service import UserService, wait_for
 from tests.test_queue import both_channels, counted, handled, send

@@ -40,8 +40,8 @@ from ecron.executor.outcomes import (
     trigger_event,
 )
 from ecron.executor.wire import Wire
-from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, run_once
+from tests.support.daemon import DaemonFactory, task
 from tests.support.faulty import (
     MIB,
     RawService,

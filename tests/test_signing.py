@@ -12,8 +12,8 @@ from aiohttp import web
 
 from ecron.core import Reason, Status
 from ecron.signing import callback_token, signature, token_matches, verify
-from tests.conftest import DaemonFactory, task
 from tests.protocol_support import ended, run_once
+from tests.support.daemon import DaemonFactory, task
 from tests.support.service import UserService
 
 SECRET = "s3cret"

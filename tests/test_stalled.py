@@ -24,7 +24,7 @@ from ecron.daemon import Daemon
 from ecron.planning import FirstFireTimes
 from ecron.stalled import Stalled
 from ecron.store.sql import SqlStore
-from tests.conftest import DaemonFactory, task
+from tests.support.daemon import DaemonFactory, task
 from tests.support.rig import FakeClock
 from tests.support.service import UserService, wait_for
 from tests.test_cli_client import ecron

@@ -29,7 +29,7 @@ from ecron.store.migrate import HEAD, current_revision, head_revision, upgrade
 from ecron.store.records import DueTask, Planner, StartWrites
 from ecron.store.sql import SqlStore
 from ecron.store.writer import StateWriter
-from tests.conftest import task
+from tests.support.daemon import task
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 URL = "http://127.0.0.1:9/jobs/x"

@@ -26,7 +26,7 @@ from ecron.store.records import StartWrites
 from ecron.store.retry import ATTEMPTS, transient
 from ecron.store.sql import SqlStore
 from ecron.store.tables import execution_table
-from tests.conftest import task
+from tests.support.daemon import task
 from tests.support.postgres import PostgresServer
 from tests.test_store import T0, URL, claim_at, execution, planner
 

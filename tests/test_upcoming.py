@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from ecron.cli import cli, client_cmds  # noqa: F401  (registers the commands)
 from ecron.clock import iso
 from ecron.wall import wall
-from tests.conftest import DaemonFactory, task
+from tests.support.daemon import DaemonFactory, task
 from tests.support.service import UserService
 from tests.test_daemon import api
 

@@ -18,7 +18,7 @@ from ecron.cli import cli, client_cmds  # noqa: F401  (registers the commands)
 from ecron.clock import iso
 from ecron.daemon import Daemon
 from ecron.wall import wall as wall_time
-from tests.conftest import DaemonFactory, task
+from tests.support.daemon import DaemonFactory, task
 from tests.support.rig import FakeClock
 from tests.support.service import UserService, wait_for
 from tests.test_daemon import api
