@@ -9,13 +9,13 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.markup import escape
 
 from ecron.cli.client import ApiError, segment
 from ecron.cli.client_cmds import print_json
 from ecron.cli.display import Times, Zones, status_text
 from ecron.cli.group import cli
 from ecron.cli.options import api_options, client, fail, json_option, utc_option
+from ecron.cli.outside import markup
 from ecron.cli.watch import exit_code, follow
 
 
@@ -35,11 +35,12 @@ def trigger(name: str, wait: bool, utc: bool, api: str, token: str | None) -> No
         console = Console()
         if status == 200:
             console.print(
-                f"{escape(name)} is already running (concurrency: forbid): {snapshot['id']}",
+                f"{markup(name)} is already running (concurrency: forbid): "
+                f"{markup(snapshot['id'])}",
                 soft_wrap=True,
             )
         else:
-            console.print(f"started {snapshot['id']}", soft_wrap=True)
+            console.print(f"started {markup(snapshot['id'])}", soft_wrap=True)
         if not wait:
             return
         zone = Zones(api_client, utc).of(snapshot["task"])
@@ -58,7 +59,7 @@ def cancel(eid: str, api: str, token: str | None) -> None:
     snapshot = _post(api, token, f"/api/v1/executions/{segment(eid)}/cancel")
     acknowledged = {True: "acknowledged", False: "not acknowledged", None: "not sent"}
     Console().print(
-        f"{snapshot['id']} {status_text(snapshot)}; the cancel call was "
+        f"{markup(snapshot['id'])} {status_text(snapshot)}; the cancel call was "
         f"{acknowledged[snapshot['cancel_acknowledged']]}",
         soft_wrap=True,
     )
@@ -72,7 +73,7 @@ def pause(name: str, reason: str | None, api: str, token: str | None) -> None:
     """Pause task NAME: it fires no more until unpaused (manual runs still work)."""
     body = {"reason": reason} if reason else None
     snapshot = _post(api, token, f"/api/v1/tasks/{segment(name)}/pause", body)
-    Console().print(f"{escape(name)} paused: {escape(snapshot['paused_reason'])}", soft_wrap=True)
+    Console().print(f"{markup(name)} paused: {markup(snapshot['paused_reason'])}", soft_wrap=True)
 
 
 @cli.command()
@@ -85,7 +86,7 @@ def unpause(name: str, utc: bool, api: str, token: str | None) -> None:
     snapshot = _post(api, token, f"/api/v1/tasks/{segment(name)}/unpause")
     zones = Zones(None if utc else client(api, token), utc, {name: snapshot["timezone"]})
     when = Times(zones, dated=True)(snapshot["next_fire_at"], task=name)
-    Console().print(f"{escape(name)} unpaused; next fire time {when}", soft_wrap=True)
+    Console().print(f"{markup(name)} unpaused; next fire time {when}", soft_wrap=True)
 
 
 @cli.command()
@@ -103,7 +104,8 @@ def resume(eid: str, wait: bool, utc: bool, api: str, token: str | None) -> None
         start = f"step {todo[0]}" if todo and todo[0] > 1 else "the start"
         console = Console()
         console.print(
-            f"resumed {snapshot['resume_of']} as {snapshot['id']}, from {start}", soft_wrap=True
+            f"resumed {markup(snapshot['resume_of'])} as {markup(snapshot['id'])}, from {start}",
+            soft_wrap=True,
         )
         if not wait:
             return
@@ -160,11 +162,11 @@ def backfill(
         when = Times(zones, dated=True)
         period = f"{when(answer['from'], task=name)} to {when(answer['to'], task=name)}"
         console = Console()
-        console.print(f"{escape(name)}: {period}", soft_wrap=True)
+        console.print(f"{markup(name)}: {period}", soft_wrap=True)
     except ApiError as exc:
         fail(exc)
     for moment in answer["fire_times"] if dry_run else answer["executions"]:
-        line = when(moment, task=name) if dry_run else f"started {moment}"
+        line = when(moment, task=name) if dry_run else f"started {markup(moment)}"
         console.print(line, soft_wrap=True)
     new = answer["count"] - answer["already_run"]
     console.print(

@@ -7,13 +7,13 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.markup import escape
 
 from ecron.cli.client import ApiError
 from ecron.cli.client_cmds import get, print_json
 from ecron.cli.display import Times, Zones, table
 from ecron.cli.group import cli
 from ecron.cli.options import api_options, client, fail, json_option, utc_option, wide_option
+from ecron.cli.outside import markup, plain
 
 
 @cli.command()
@@ -60,11 +60,11 @@ def audit(
         rows = [
             [
                 when(item["at"]),  # when it was asked: in the daemon's zone
-                escape(item["actor"]),
-                escape(item["action"]),
-                escape(item["target"]),
+                markup(item["actor"]),
+                markup(item["action"]),
+                markup(item["target"]),
                 "-" if item["status"] is None else str(item["status"]),
-                escape(_more(item, dated)),
+                markup(_more(item, dated)),
             ]
             for item in page["items"]
         ]
@@ -75,7 +75,7 @@ def audit(
     whole = ("when", "actor", "action", "status")
     console.print(table(columns, rows, wide=wide, width=console.width, whole=whole), crop=False)
     if page["next"]:
-        click.echo(f"older: ecron audit --before {page['next']}")
+        click.echo(f"older: ecron audit --before {plain(page['next'])}")
 
 
 def _more(item: dict[str, Any], when: Times) -> str:
@@ -84,7 +84,7 @@ def _more(item: dict[str, Any], when: Times) -> str:
     detail = item.get("detail") or {}
     fields = detail.get("fields") if isinstance(detail, dict) else None
     if fields:
-        return ", ".join(str(change.get("field")) for change in fields)
+        return ", ".join(str(change.get("field")) for change in fields if isinstance(change, dict))
     if isinstance(detail, dict) and "from" in detail and "to" in detail:
         dry = " (dry run)" if detail.get("dry_run") else ""
         task = item.get("task")  # a backfill's period is of its task's times: in its zone

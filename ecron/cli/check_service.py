@@ -12,11 +12,11 @@ from typing import Any
 import click
 from pydantic import ValidationError
 from rich.console import Console
-from rich.markup import escape
 from rich.text import Text
 
 from ecron.cli.checklist import Checklist, Verdict
 from ecron.cli.group import cli
+from ecron.cli.outside import markup, plain
 from ecron.cli.service_checks import CheckOptions, check_templates, run_checks
 from ecron.config.model import CallSettings
 from ecron.durations import parse_duration
@@ -195,7 +195,7 @@ def check_service_command(
 
 def print_checklist(checklist: Checklist, console: Console) -> None:
     """Each rule with its verdict, what it asks and what was seen; then the count."""
-    console.print(f"checking {escape(checklist.url)}", soft_wrap=True)
+    console.print(f"checking {markup(checklist.url)}", soft_wrap=True)
     console.print(
         f"execution id {checklist.eid}, unknown id {checklist.unknown_eid}\n",
         style="dim",
@@ -208,7 +208,7 @@ def print_checklist(checklist: Checklist, console: Console) -> None:
         console.print(f"[{style}]{check.verdict.value.upper()}[/] [bold]{check.rule}[/]")
         console.print(Text(_indented(check.says, width)))
         seen_style = "dim" if check.verdict is Verdict.PASS else ""
-        console.print(Text(_indented(check.detail, width), style=seen_style))
+        console.print(Text(_indented(plain(check.detail), width), style=seen_style))
     counts = {v: sum(c.verdict is v for c in checks) for v in Verdict}
     said = ", ".join(f"{counts[v]} {word}" for v, word in _WORDS.items() if counts[v])
     verdict = "follows" if checklist.passed else "does not follow"

@@ -14,7 +14,6 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from ecron.cli.client import ApiError, segment
@@ -31,12 +30,13 @@ from ecron.cli.display import (
 )
 from ecron.cli.group import cli
 from ecron.cli.options import api_options, client, fail, json_option, utc_option, wide_option
+from ecron.cli.outside import json_text, markup, plain
 from ecron.cli.upcoming import print_upcoming
 
 
 def print_json(answer: Any) -> None:
     """The API's answer, indented, as the API sent it."""
-    click.echo(json.dumps(answer, indent=2, ensure_ascii=False))
+    click.echo(json_text(answer, indent=2))
 
 
 def get(api: str, token: str | None, path: str, **query: Any) -> Any:
@@ -134,13 +134,13 @@ def _print_tasks(items: list[dict[str, Any]], when: Times, length: int) -> None:
         upcoming = when(item["next_fire_at"], task=name) if wide or state == "active" else state
         rows.append(
             [
-                escape(name),
-                escape(item["schedule_text"]),
+                markup(name),
+                markup(item["schedule_text"]),
                 *([state] if wide else []),
                 upcoming,
                 _last_run(last) if last else "-",
                 when(_last_moment(last), task=name) if last else "-",
-                last["id"][:length] if last else "-",
+                markup(last["id"][:length]) if last else "-",
             ]
         )
     console = Console()
@@ -201,13 +201,13 @@ def executions(
     try:
         rows = [
             [
-                item["id"][:length],
-                escape(item["task"]),
+                markup(item["id"][:length]),
+                markup(item["task"]),
                 " ".join(part for part in (status_text(item), progress_text(item)) if part),
                 when(item["scheduled_at"], task=item["task"]),
                 *([when(item["finished_at"] or item.get("eta"), task=item["task"])] * wide),
                 took_text(item) or "-",
-                escape(item["message"] or ""),
+                markup(item["message"] or ""),
             ]
             for item in page["items"]
         ]
@@ -219,7 +219,7 @@ def executions(
     grid = table(columns, rows, wide=wide, width=console.width, whole=whole)
     console.print(grid, crop=False)
     if page["next"]:
-        console.print(f"more: --before {page['next']}", style="dim", soft_wrap=True)
+        console.print(f"more: --before {markup(page['next'])}", style="dim", soft_wrap=True)
 
 
 #: The rows of ``ecron show``, in order; the times among them; those of a run still going.
@@ -302,12 +302,12 @@ def _show_grid(item: dict[str, Any], when: Times, wide: bool) -> Table:
         elif key in _TIMES:
             text = when(value, task=item["task"])
         elif key == "downstream":
-            text = escape(", ".join(value or ())) or "-"
+            text = markup(", ".join(value or ())) or "-"
         else:
-            text = "-" if value is None else escape(str(value))
+            text = "-" if value is None else markup(str(value))
         grid.add_row(key, text)
     if item.get("result") is not None:
-        grid.add_row("result", escape(json.dumps(item["result"])[: None if wide else 500]))
+        grid.add_row("result", markup(json.dumps(item["result"])[: None if wide else 500]))
     return grid
 
 
@@ -321,12 +321,12 @@ def steps_table(
     rows = [
         [
             str(step["number"]),
-            escape(step["name"]),
+            markup(step["name"]),
             " ".join(part for part in (status_text(step), progress_text(step)) if part),
             when(step["started_at"], task=task),
             when(step["finished_at"], task=task),
-            escape(step["message"] or ""),
-            f"{eid[:length]}.{step['remote_id'].rpartition('.')[2]}",
+            markup(step["message"] or ""),
+            markup(f"{eid[:length]}.{step['remote_id'].rpartition('.')[2]}"),
         ]
         for step, eid in zip(steps, eids, strict=True)
     ]
@@ -348,7 +348,7 @@ def steps(eid: str, as_json: bool, wide: bool, utc: bool, api: str, token: str |
         print_json(answer)
         return
     if not answer["items"]:
-        click.echo(f"execution {eid} is a one-call task: it has no steps")
+        click.echo(f"execution {plain(eid)} is a one-call task: it has no steps")
         return
     task = get(api, token, f"/api/v1/executions/{segment(eid)}")["task"]
     console = Console()
@@ -383,12 +383,12 @@ def pools(as_json: bool, wide: bool, utc: bool, api: str, token: str | None) -> 
         when = Times(Zones(client(api, token), utc), dated=wide)
         rows = [
             [
-                escape(item["name"]),
+                markup(item["name"]),
                 _limit(item["running"], item["max_running"]),
                 str(item["waiting"]),
                 "-" if item["max_per_second"] is None else f"{item['max_per_second']:g}/s",
                 when(item["paused_until"]) if item["paused_until"] else "-",
-                escape(", ".join(item["tasks"]) or "-"),
+                markup(", ".join(item["tasks"]) or "-"),
             ]
             for item in answer["items"]
         ]

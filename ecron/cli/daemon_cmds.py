@@ -9,6 +9,7 @@ import click
 
 from ecron import loop
 from ecron.cli.group import cli
+from ecron.cli.outside import plain
 from ecron.config import Config, load_config
 from ecron.errors import ConfigError, EcronError
 from ecron.logs import configure
@@ -30,7 +31,7 @@ def load_or_exit(directory: str) -> Config:
         return load_config(Path(directory))
     except ConfigError as exc:
         for problem in exc.problems:
-            click.echo(problem, err=True)
+            click.echo(plain(problem), err=True)
         raise SystemExit(1) from exc
 
 
@@ -46,7 +47,7 @@ def run(directory: str) -> None:
     try:
         loop.run(run_until_signalled(config, reload=lambda: load_config(Path(directory))))
     except EcronError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(plain(str(exc))) from exc
 
 
 @cli.group()

@@ -22,6 +22,7 @@ from rich.text import Text
 import ecron
 from ecron.cli.display import FINAL, short_length, status_text, took_text
 from ecron.cli.group import cli
+from ecron.cli.outside import markup
 from ecron.cli.watch import eta_text
 from ecron.config import Config, DaemonSettings, TaskSpec
 from ecron.core import Execution, Status
@@ -105,7 +106,7 @@ class Printer:
         message = " ".join((item.get("message") or "").split())
         if len(message) > room:
             message = message[: max(room - 1, 0)] + "…" if room > 1 else ""
-        line = f"{head}  {escape(message)}" if message else head
+        line = f"{head}  {markup(message)}" if message else head
         self.console.print(line, highlight=False, soft_wrap=True)
         if status in FINAL:
             self.seen.pop(eid, None)

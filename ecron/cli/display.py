@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ecron.cli.client import ApiClient, ApiError, segment
+from ecron.cli.outside import markup
 from ecron.ids import SHORT_ID, unique_prefix
 from ecron.wall import UTC_NAME, duration, took, wall, wall_today
 
@@ -34,8 +35,8 @@ _COLOURS = {
 def status_text(item: dict[str, Any]) -> str:
     """``STATUS`` or ``STATUS (reason)``, coloured for rich."""
     status = str(item["status"])
-    text = f"[{_COLOURS.get(status, 'white')}]{status}[/]"
-    return f"{text} ({item['reason']})" if item.get("reason") else text
+    text = f"[{_COLOURS.get(status, 'white')}]{markup(status)}[/]"
+    return f"{text} ({markup(item['reason'])})" if item.get("reason") else text
 
 
 def short_length(ids: Iterable[str]) -> int:

@@ -12,10 +12,10 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.markup import escape
 
 from ecron.cli.daemon_cmds import config_option
 from ecron.cli.group import OneLineUsageError, cli
+from ecron.cli.outside import json_text, markup, plain
 from ecron.config import Config, load_config
 from ecron.config.summary import problem_lines
 from ecron.errors import ConfigError, EcronError
@@ -62,16 +62,16 @@ def plan(ctx: click.Context, directory: str, as_json: bool, utc: bool) -> None:
         config = load_config(directory, now=now)
     except ConfigError as exc:
         for line in problem_lines(exc):
-            click.echo(line, err=True)
+            click.echo(plain(line), err=True)
         ctx.exit(1)
     try:
         change, fresh = asyncio.run(_plan(config, now))
     except (EcronError, OSError) as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(plain(str(exc))) from exc
     if as_json:
         if fresh:
             click.echo(f"note: {NO_DATABASE}", err=True)
-        click.echo(json.dumps(change.as_json(), indent=2, ensure_ascii=False))
+        click.echo(json_text(change.as_json(), indent=2))
     else:
         console = Console(highlight=False, soft_wrap=False)
         if fresh:
@@ -102,23 +102,23 @@ def plan_lines(change: TaskSetChange, zones: Mapping[str, str] | None = None) ->
     zone = (zones or {}).get
     for name in change.added:
         was = " (was retired)" if name in change.revived else ""
-        lines.append(f"[green]+ {escape(name)}[/]{was}")
+        lines.append(f"[green]+ {markup(name)}[/]{was}")
         lines.append(f"    next fire: {_when(change.next_fire[name][1], zone(name))}")
     for name, fields in change.changed.items():
-        lines.append(f"[yellow]~ {escape(name)}[/]")
-        lines += [f"    {escape(c.field)}: {_values(c)}" for c in fields]
+        lines.append(f"[yellow]~ {markup(name)}[/]")
+        lines += [f"    {markup(c.field)}: {_values(c)}" for c in fields]
         if not fields:
             lines.append("    (the stored spec was written by another ecron: no field differs)")
         before, after = (_when(at, zone(name)) for at in change.next_fire[name])
         moved = f"{before} → {after}" if before != after else f"{after} (kept)"
         lines.append(f"    next fire: {moved}")
-    lines += [f"[red]- {escape(name)}[/]" for name in change.retired]
+    lines += [f"[red]- {markup(name)}[/]" for name in change.retired]
     lines.append(change.summary() if change else "No change: " + change.summary())
     return lines
 
 
 def _values(change: FieldChange) -> str:
-    return f"{escape(_shown(change.old))} → {escape(_shown(change.new))}"
+    return f"{markup(_shown(change.old))} → {markup(_shown(change.new))}"
 
 
 def _shown(value: Any) -> str:

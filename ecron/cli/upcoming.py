@@ -8,10 +8,10 @@ from typing import Any
 from urllib.parse import quote
 
 from rich.console import Console
-from rich.markup import escape
 
 from ecron.cli.client import ApiClient
 from ecron.cli.display import Times, Zones, parse_time, table
+from ecron.cli.outside import markup
 from ecron.wall import dst_note
 
 COLUMNS = ("task", "#", "fire time", "daylight saving time")
@@ -52,10 +52,10 @@ def print_upcoming(
             notes.setdefault(change["at"], []).append(note)
         for rank, moment in enumerate(answer["items"], start=1):
             note = "; ".join(notes.get(moment, []))
-            row = [escape(name) if rank == 1 else "", str(rank), when(moment, task=name) + mark]
-            rows.append([*row, escape(note)])
+            row = [markup(name) if rank == 1 else "", str(rank), when(moment, task=name) + mark]
+            rows.append([*row, markup(note)])
         for note in notes.get(None, []):
-            rows.append(["", "-", "(none that day)", escape(note)])
+            rows.append(["", "-", "(none that day)", markup(note)])
     console = Console()
     grid = table(COLUMNS, rows, wide=wide, width=console.width, whole=("#", "fire time"))
     console.print(grid, crop=False)

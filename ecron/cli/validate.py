@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import click
 
 from ecron.cli.group import cli
+from ecron.cli.outside import plain
 from ecron.config.summary import validation_report
 
 
@@ -32,5 +33,5 @@ def validate(ctx: click.Context, directory: str, utc: bool) -> None:
     width = shutil.get_terminal_size((80, 24)).columns
     code, lines = validation_report(directory, datetime.now(UTC), utc=utc, width=width)
     for line in lines:
-        click.echo(line, err=code != 0)
+        click.echo(plain(line), err=code != 0)
     ctx.exit(code)

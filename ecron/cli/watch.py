@@ -8,7 +8,6 @@ API fails), 130 when Ctrl-C stops the watching, which leaves the execution runni
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from datetime import UTC, datetime
@@ -16,7 +15,6 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.text import Text
 
@@ -24,6 +22,7 @@ from ecron.cli.client import ApiClient, ApiError, segment
 from ecron.cli.display import FINAL, Zones, parse_time, stalled_text, status_text
 from ecron.cli.group import cli
 from ecron.cli.options import api_options, client, fail, utc_option
+from ecron.cli.outside import json_text, markup, plain
 from ecron.wall import UTC_NAME, wall_today
 
 #: The exit status when Ctrl-C stops the watching (128 + SIGINT, as shells report it).
@@ -57,8 +56,8 @@ def follow(
         return _bar(client, path, item, console, interval, zone)
     except KeyboardInterrupt:
         click.echo(
-            f"stopped watching; execution {item['id']} goes on. "
-            f"Follow it again with: ecron watch {item['id']}",
+            f"stopped watching; execution {plain(item['id'])} goes on. "
+            f"Follow it again with: ecron watch {plain(item['id'])}",
             err=True,
         )
         raise SystemExit(INTERRUPTED) from None
@@ -92,7 +91,7 @@ def eta_text(item: dict[str, Any], zone: str = UTC_NAME) -> str:
 def _fields(item: dict[str, Any], width: int, zone: str) -> dict[str, Any]:
     """What the bar's row shows of ``item``, its message cut to what the line has left."""
     fields = {
-        "label": escape(item["task"]),
+        "label": markup(item["task"]),
         "status": " ".join(filter(None, (status_text(item), stalled_text(item)))),
         "eta": eta_text(item, zone),
     }
@@ -101,7 +100,7 @@ def _fields(item: dict[str, Any], width: int, zone: str) -> dict[str, Any]:
     message = " ".join((item.get("message") or "").split())
     if len(message) > room:
         message = message[: max(room - 1, 0)] + "…" if room > 0 else ""
-    return {**fields, "message": escape(message)}
+    return {**fields, "message": markup(message)}
 
 
 def _bar(
@@ -128,7 +127,7 @@ def _lines(client: ApiClient, path: str, item: dict[str, Any], interval: float) 
     while True:
         same = {**item, "eta": None}
         if same != shown:
-            click.echo(json.dumps(item, ensure_ascii=False))
+            click.echo(json_text(item))
             sys.stdout.flush()
             shown = same
         if item["status"] in FINAL:
