@@ -19,6 +19,7 @@ import structlog
 from aiohttp import web
 
 from ecron.api.app import make_app
+from ecron.api.callers import Callers
 from ecron.api.context import ApiContext
 from ecron.audit import AuditLog
 from ecron.clock import START_READINGS, Clock
@@ -106,6 +107,8 @@ class Daemon:
         self.engine, self.scheduler, self.patrol = parts.engine, parts.scheduler, parts.patrol
         #: Who did what through the API, and what each config load changed.
         self.audit = AuditLog(self.store, self.clock)
+        #: Who may call the API, by token: the config's callers, replaced at each reload.
+        self.callers = Callers(settings.callers)
         self.leases = parts.leases
         #: Groups the state writes (the recorder's).
         self.writer = parts.recorder.writer
@@ -209,6 +212,7 @@ class Daemon:
             load=self.engine.load,
             answered=self.engine.executor.pace.answered,
             audit=self.audit,
+            callers=self.callers,
         )
         # aiohttp's keep-alive timer runs from the connection's start (and from each answer)
         # and is not put off by bytes that make no whole request: it closes an idle
@@ -254,8 +258,19 @@ class Daemon:
             self.audit.config_changed(changes.added, fields, changes.retired)
 
     async def reload(self, config: Config) -> None:
-        """Take new task definitions (SIGHUP): the database follows, running work goes on."""
+        """Take new task definitions and callers (SIGHUP): the database follows, running work
+        goes on, and a token no longer configured is refused from the next request on.
+        Whether a token is asked for at all changes only at a restart: a reload that would
+        remove every token (or add the first) keeps the callers as they were, and says so."""
         hide(config_secrets(config))
+        try:
+            self.callers.replace(config.daemon.callers)
+        except ValueError:
+            log.error(
+                "callers_not_reloaded",
+                why="a reload cannot turn the API's tokens on or off: restart the daemon",
+                callers=len(config.daemon.callers),
+            )
         removed = {name: spec for name, spec in self.specs.items() if name not in config.tasks}
         running = {execution.task for execution in self.engine.held.values()}
         self.engine.calls.retire(removed, running)

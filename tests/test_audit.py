@@ -1,6 +1,6 @@
 """The audit log's own rules, on SQLite and PostgreSQL: what any request may put in an entry
-is stored (a NUL included, which PostgreSQL's text cannot hold), and stopping the daemon
-never cuts a write of entries short."""
+is stored (a NUL included, which PostgreSQL's text cannot hold), stopping the daemon never
+cuts a write of entries short, and no entry waits for a later one to be written."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from ecron.clock import Clock
 from ecron.core.audit import AuditEntry, AuditQuery
 from ecron.store.migrate import upgrade
 from ecron.store.sql import SqlStore
+from tests.support.service import wait_for
 
 
 @pytest.fixture
@@ -95,3 +96,24 @@ async def test_a_reader_waits_for_the_write_under_way_and_sees_its_entries(
     page = await reading
     await audit.close()
     assert [e.action for e in page.items] == ["pause", "run"]
+
+
+async def test_an_entry_recorded_while_a_write_is_under_way_is_written_without_another_event(
+    store: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry recorded while the lingering write is inside its transaction is written
+    within `AUDIT_LINGER` of that write's end by the writer's own timer: no later entry,
+    reader or stop is needed to carry it (it waited for the next event)."""
+    audit = AuditLog(store, Clock())
+    inside, go_on = held_writes(store, monkeypatch)
+    audit.record("ci", "run", "report", task="report", status=202)
+    await inside.wait()
+    audit.record("ci", "pause", "report", task="report", status=200)
+    go_on.set()
+
+    async def both_stored() -> bool:
+        page = await store.audit_page(AuditQuery(task="report"))
+        return [e.action for e in page.items] == ["pause", "run"]
+
+    await wait_for(both_stored, timeout=5)
+    await audit.close()

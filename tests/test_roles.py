@@ -8,13 +8,13 @@ from __future__ import annotations
 import io
 from typing import Any
 
-import aiohttp
 import sqlalchemy as sa
 
 from ecron.api.access import needed_role
 from ecron.config.callers import RANK, Role
 from ecron.daemon import Daemon
 from tests.support.daemon import DaemonFactory, task
+from tests.support.loopback import next_address, session_from
 from tests.support.openapi import served_document
 from tests.support.service import UserService
 from tests.test_secrets import leaked
@@ -46,13 +46,18 @@ def roled_daemon(make_daemon: DaemonFactory, user_service: UserService) -> Any:
 
 
 async def call(
-    daemon: Daemon, method: str, path: str, token: str | None, body: Any = None
+    daemon: Daemon,
+    method: str,
+    path: str,
+    token: str | None,
+    body: Any = None,
+    address: str = "127.0.0.1",
 ) -> tuple[int, Any]:
-    """One request; the status and the answer (JSON when it is)."""
+    """One request from ``address``; the status and the answer (JSON when it is)."""
     headers = {} if token is None else {"Authorization": f"Bearer {token}"}
     url = f"http://127.0.0.1:{daemon.port}{path}"
     async with (
-        aiohttp.ClientSession() as session,
+        session_from(address) as session,
         session.request(method, url, headers=headers, json=body) as answer,
     ):
         if answer.content_type == "application/json":
@@ -75,7 +80,8 @@ async def test_each_role_against_every_documented_endpoint_and_the_audit_log_of_
         _, started = await call(daemon, "POST", "/api/v1/tasks/quick/run", TOKENS[Role.ADMIN])
         eid = started["id"]
         values = {"{name}": "quick", "{eid}": eid}
-        expected: list[tuple[str, str, int]] = []  # (actor, action, status), oldest first
+        # (actor, action, status, remote address), oldest first
+        expected: list[tuple[str, str, int, str]] = []
         table = []
         for template, methods in sorted(document["paths"].items()):
             for method, operation in sorted(methods.items()):
@@ -93,11 +99,11 @@ async def test_each_role_against_every_documented_endpoint_and_the_audit_log_of_
         print("\n".join(table))  # the table of allowed and refused calls, for the record
         entries = await _whole_audit(daemon)
     requests = [e for e in entries if e["actor"] != "config"]
-    got = [(e["actor"], e["action"], e["status"]) for e in reversed(requests)]
-    assert got[0] == ("admin", "run", 202)  # the run that made the execution
+    got = [(e["actor"], e["action"], e["status"], e["remote"]) for e in reversed(requests)]
+    assert got[0] == ("admin", "run", 202, "127.0.0.1")  # the run that made the execution
     assert got[1:] == expected
     assert [e["id"] for e in entries] == sorted((e["id"] for e in entries), reverse=True)
-    assert all(e["remote"] == "127.0.0.1" for e in requests)
+    assert all(e["count"] == 1 for e in requests)
 
 
 async def _row(
@@ -106,15 +112,18 @@ async def _row(
     template: str,
     path: str,
     needed: Role,
-    expected: list[tuple[str, str, int]],
+    expected: list[tuple[str, str, int, str]],
 ) -> list[str]:
-    """Send ``method path`` as every caller; check each answer; note what the audit log
-    must hold; the lines of the table."""
+    """Send ``method path`` as every caller, each request from an address of its own (as
+    many clients: refusals of one address are counted into few entries, and past 30 bad
+    tokens a minute it is answered 429); check each answer; note what the audit log must
+    hold; the lines of the table."""
     lines = []
     changes = method != "GET"
     action = template.rpartition("/")[2] if changes else "read"
     for who, token in (("unknown", None), ("unknown", "n0t-a-t0ken"), *_callers()):
-        status, answer = await call(daemon, method, path, token, BODIES.get(template))
+        address = next_address()
+        status, answer = await call(daemon, method, path, token, BODIES.get(template), address)
         role = next((r for r, t in TOKENS.items() if t == token), None)
         if role is None:
             assert status == 401, (method, path, who, status, answer)
@@ -124,7 +133,7 @@ async def _row(
         else:
             assert status not in (401, 403), (method, path, who, status, answer)
         if status in (401, 403) or changes:
-            expected.append((who, action, status))
+            expected.append((who, action, status, address))
         lines.append(f"{method:4} {path:60} {who:8} {status}")
     return lines
 

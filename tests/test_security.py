@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
 from ecron.api import openapi
@@ -24,6 +23,7 @@ from ecron.api.dashboard import FILES
 from ecron.daemon import Daemon
 from ecron.signing import callback_token
 from tests.support.daemon import DaemonFactory, task
+from tests.support.loopback import session_from
 from tests.support.service import UserService, wait_for
 
 TOKEN = "api-t0ken-0123456789abcdef"
@@ -52,9 +52,11 @@ def database_url(tmp_path: Path) -> str:
 async def send(
     daemon: Daemon, method: str, path: str, headers: dict[str, str], data: Any = None
 ) -> tuple[int, Any]:
-    """One request to the daemon: its status and its body (JSON when it is JSON)."""
+    """One request to the daemon, from a loopback address of its own (the tests here send
+    hundreds of wrong tokens on purpose: from one address, past 30 a minute, they would be
+    answered 429); its status and its body (JSON when it is JSON)."""
     async with (
-        aiohttp.ClientSession() as session,
+        session_from() as session,
         session.request(
             method, f"http://127.0.0.1:{daemon.port}{path}", headers=headers, data=data
         ) as answer,

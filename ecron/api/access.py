@@ -5,26 +5,27 @@ route, so a new endpoint is covered the day it is added), ``Callers`` says who p
 token, ``foreign`` says whether a request without any token configured comes from a web
 page it must not (CSRF, DNS rebinding), and ``access_middleware`` applies them in that
 order and records in the audit log every request that changes something and every one it
-refuses.
+refuses (refusals counted into few entries, and an address past its bad tokens answered
+429: ``limits``).
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import ipaddress
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
 from aiohttp import web
 
+from ecron.api.callers import Caller, Callers
 from ecron.api.context import error
 from ecron.api.dashboard import STATIC
+from ecron.api.limits import MAX_BAD_TOKENS, BadTokens
 from ecron.audit import AuditLog
-from ecron.config.callers import ApiCaller, Role, allows
+from ecron.clock import Clock
+from ecron.config.callers import Role, allows
 from ecron.core.audit import ANONYMOUS, UNKNOWN
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -40,15 +41,6 @@ OPEN_PREFIX = STATIC
 ADMIN_PATHS = frozenset({"/api/v1/audit"})
 #: Methods that change nothing.
 READS = frozenset({"GET", "HEAD", "OPTIONS"})
-
-
-@dataclass(frozen=True, slots=True)
-class Caller:
-    """Who made a request: a configured caller, or ``anonymous`` where none is configured
-    (then every call is allowed, as with one admin token)."""
-
-    name: str
-    role: Role
 
 
 #: Where a request's caller is kept for its handler (GET /api/v1/caller).
@@ -77,31 +69,6 @@ def action_of(method: str, path: str) -> str:
     if method in READS:
         return "read"
     return path.rstrip("/").rpartition("/")[2] or method.lower()
-
-
-class Callers:
-    """The configured callers, found by token in constant time (the digests of every token
-    are compared, whichever matches, so neither which one nor its length shows)."""
-
-    def __init__(self, callers: Sequence[ApiCaller]) -> None:
-        self._known = [
-            (hashlib.sha256(c.token.encode()).digest(), Caller(c.name, c.role)) for c in callers
-        ]
-
-    @property
-    def configured(self) -> bool:
-        """Whether any token is asked for."""
-        return bool(self._known)
-
-    def find(self, authorization: str) -> Caller | None:
-        """The caller an ``Authorization`` header names; None when none does."""
-        scheme, _, value = authorization.partition(" ")
-        digest = hashlib.sha256(value.strip().encode(errors="replace")).digest()
-        found = None
-        for known, caller in self._known:
-            if hmac.compare_digest(digest, known):
-                found = caller
-        return found if scheme.lower() == "bearer" else None
 
 
 class Origins:
@@ -146,8 +113,13 @@ def _is_address(name: str) -> bool:
     return True
 
 
-def access_middleware(callers: Callers, origins: Origins, audit: AuditLog) -> Any:
-    """Refuse what the caller may not do (401, 403), and audit the rest of what changes."""
+def access_middleware(
+    callers: Callers, origins: Origins, audit: AuditLog, clock: Clock, most: int = MAX_BAD_TOKENS
+) -> Any:
+    """Refuse what the caller may not do (401, 403; 429 to an address past its bad tokens),
+    and audit the rest of what changes; refusals are counted into few entries
+    (``AuditLog.refused``). ``most``: bad tokens an address may send in a minute."""
+    bad_tokens = BadTokens(most)
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -156,9 +128,18 @@ def access_middleware(callers: Callers, origins: Origins, audit: AuditLog) -> An
         needed = needed_role(request.method, path)
         if needed is None and (callers.configured or is_callback(request.method, path)):
             return await handler(request)  # the callback, and the open paths
+        now = clock.now()
+        if callers.configured and (wait := bad_tokens.wait(request.remote, now)) is not None:
+            why = _held(bad_tokens.most, wait)
+            held = _refuse(429, "too many bad tokens from this address", why, UNKNOWN)
+            held.headers["Retry-After"] = str(wait)
+            _refused(audit, request, path, held, {"retry_after": wait})
+            return held
         refused = _refusal(request, needed, callers, origins)
         if isinstance(refused, web.Response):
-            _audit(audit, request, path, refused, actor=refused[_ACTOR])
+            if refused.status == 401:
+                bad_tokens.bad(request.remote, now)
+            _refused(audit, request, path, refused)
             return refused
         request[CALLER] = refused
         if request.method in READS or needed is None:
@@ -207,6 +188,34 @@ def _refuse(status: int, message: str, detail: str, actor: str) -> web.Response:
         answer.headers["WWW-Authenticate"] = 'Bearer realm="ecron"'
     answer[_ACTOR] = actor
     return answer
+
+
+def _held(most: int, wait: int) -> str:
+    return (
+        f"this address sent {most} missing or wrong API tokens within a minute: try again "
+        f"in {wait} s, with a token that is right"
+    )
+
+
+def _refused(
+    audit: AuditLog,
+    request: web.Request,
+    path: str,
+    answer: web.Response,
+    detail: dict[str, Any] | None = None,
+) -> None:
+    """A refusal in the audit log, counted with the others of its address, actor and status
+    (``AuditLog.refused``)."""
+    info = request.match_info
+    audit.refused(
+        answer[_ACTOR],
+        action_of(request.method, path),
+        info.get("name") or info.get("eid") or request.path,
+        status=answer.status,
+        remote=request.remote,
+        task=info.get("name"),
+        detail=detail,
+    )
 
 
 def _audit(

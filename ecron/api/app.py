@@ -7,10 +7,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
-from aiohttp import web
+from aiohttp import web, web_response
 
 from ecron.api import audit, dashboard, executions, health, openapi, pools, short_ids, tasks
-from ecron.api.access import Callers, Origins, access_middleware
+from ecron.api.access import Origins, access_middleware
 from ecron.api.context import CONTEXT, ApiContext, error
 from ecron.errors import Ambiguous, Conflict, NotFound
 
@@ -63,21 +63,44 @@ def timing_middleware(answered: Callable[[float], None]) -> Any:
     return middleware
 
 
+#: What every answer says of the server: its name, not its version (nor Python's or
+#: aiohttp's, which aiohttp sends by default and a scanner matches against known flaws).
+SERVER = "ecron"
+
+
+def _name_no_version() -> None:
+    """What aiohttp itself answers, before the application sees a request (a request it
+    cannot read: 400), names no version either. aiohttp has no setting for it: the name it
+    sends by default is read from this module attribute at each answer."""
+    web_response.SERVER_SOFTWARE = SERVER  # type: ignore[attr-defined]
+
+
+async def plain_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """Every answer names no version, and tells browsers not to guess its type (a JSON
+    answer quoting a caller's text is never read as HTML or script)."""
+    response.headers["Server"] = SERVER
+    response.headers["X-Content-Type-Options"] = "nosniff"
+
+
 def make_app(ctx: ApiContext) -> web.Application:
     """The whole web application, wired to the daemon's parts."""
     app = web.Application(
         middlewares=[
             timing_middleware(ctx.answered),
             access_middleware(
-                Callers(ctx.settings.callers),
+                ctx.callers,
                 Origins(ctx.settings.host_port[0], ctx.settings.public_url),
                 ctx.audit,
+                ctx.clock,
+                ctx.settings.bad_tokens_per_minute,
             ),
             errors_middleware,
         ],
         client_max_size=1024 * 1024,
     )
     app[CONTEXT] = ctx
+    app.on_response_prepare.append(plain_headers)
+    _name_no_version()
     app.add_routes(health.routes)
     app.add_routes(tasks.routes)
     app.add_routes(executions.routes)

@@ -19,6 +19,9 @@ routes = web.RouteTableDef()
 
 #: Page size when none is asked for, and the most one page may hold.
 DEFAULT_LIMIT, MAX_LIMIT = 50, 500
+#: The largest entry id: the databases' 64-bit integer (a larger ``before`` is read as this
+#: one, not handed to a driver that cannot bind it).
+MAX_ID = 2**63 - 1
 ERROR = schemas.ErrorAnswer
 
 
@@ -26,13 +29,18 @@ ERROR = schemas.ErrorAnswer
 async def list_audit(request: web.Request) -> web.Response:
     """The audit log, newest first: ``?actor=&action=&task=&limit=&before=``."""
     given = request.query
+    cursor = given.get("before") or None
     try:
         limit = int(given.get("limit", DEFAULT_LIMIT))
-        before = int(given["before"]) if given.get("before") else None
+        before = None if cursor is None else int(cursor)
     except ValueError:
         return error(400, "limit and before must be whole numbers", dict(given))
     if not 1 <= limit <= MAX_LIMIT:
         return error(400, f"limit must be between 1 and {MAX_LIMIT}", limit)
+    if cursor is not None and not (cursor.isascii() and cursor.isdigit()):
+        return error(400, "before must be a page's next: digits only", cursor)
+    if before is not None:
+        before = min(before, MAX_ID)  # past every id: the newest page, not a driver's overflow
     filters = {key: given.get(key) or None for key in ("actor", "action", "task")}
     if any(value is not None and NUL in value for value in filters.values()):
         return web.json_response({"items": [], "next": None})  # nothing holds a NUL
@@ -51,8 +59,15 @@ def entry_json(entry: AuditEntry) -> dict[str, Any]:
         "task": entry.task,
         "status": entry.status,
         "remote": entry.remote,
+        "count": _count(entry.detail),
         "detail": entry.detail,
     }
+
+
+def _count(detail: Any) -> int:
+    """How many requests an entry stands for: a refusal's ``count``, else 1."""
+    count = detail.get("count") if isinstance(detail, dict) else None
+    return count if isinstance(count, int) and count > 0 else 1
 
 
 @routes.get("/api/v1/caller")
@@ -89,7 +104,10 @@ OPERATIONS = (
         "following page. Entries are kept for `history_retention`.",
         {
             200: (schemas.AuditPage, "the page (possibly empty)"),
-            400: (ERROR, "`limit` is not a whole number from 1 to 500, or `before` not a number"),
+            400: (
+                ERROR,
+                "`limit` is not a whole number from 1 to 500, or `before` not digits",
+            ),
         },
         parameters=(
             query("actor", "only this actor's entries; empty: no filter", _TEXT),

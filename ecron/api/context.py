@@ -3,13 +3,15 @@ answer. Handlers import this, and the application (``app.py``) imports the handl
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from aiohttp import web
 
+from ecron.api.callers import Callers
 from ecron.audit import AuditLog
 from ecron.clock import Clock
 from ecron.commands import Commands
@@ -39,9 +41,14 @@ class ApiContext:
     answered: Callable[[float], None]
     #: Where requests that change something, and refused ones, are recorded.
     audit: AuditLog
+    #: Who may call, by token (a reload replaces them).
+    callers: Callers
     #: Further readiness checks (the queue's, when required): each says what is wrong, or
     #: None.
     readiness: tuple[Callable[[], str | None], ...] = ()
+    #: Previews of fire times (``/upcoming``) worked out at once, at most: each runs in a
+    #: thread, off the event loop, and may walk centuries of a rare schedule.
+    previews: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))
 
 
 CONTEXT = web.AppKey("ecron_context", ApiContext)

@@ -344,7 +344,9 @@ with a real request and answer for each endpoint.
 When the daemon has API tokens (`api_token`, `api_tokens`), every request must carry
 `Authorization: Bearer <token>`, except the callback (it takes a callback token instead),
 this document, the dashboard page, /healthz, /readyz and /metrics; a missing or unknown
-token answers 401, a role that does not allow the call 403 (`viewer`: every GET;
+token answers 401 (past `bad_tokens_per_minute` of them, 30 unless set, within a minute
+from one address, 429 with `Retry-After` to that address until its minute ends), a role
+that does not allow the call 403 (`viewer`: every GET;
 `operator`: also run, backfill, cancel, resume, pause, unpause; `admin`: also the audit
 log; each operation's `x-required-role`). Without a token, a request that changes
 something must be `application/json` with no other site's `Origin`, and every request's
@@ -354,6 +356,12 @@ Every answer under /api/v1 is JSON; an error is `{"error": "...", "detail": ...}
 status code. Any endpoint may also answer 405 (not with this method) and 500 (an unexpected
 error), every GET answers HEAD too, and an unknown path answers 404 (401 first, without the
 token). Times are RFC 3339 in UTC with three decimals and a `Z`, or null."""
+
+
+_HELD_BACK = (
+    "this address sent `bad_tokens_per_minute` (30 unless set) missing or wrong API tokens "
+    "within a minute; `Retry-After` says in how many seconds it may ask again"
+)
 
 
 def _answer(answer: Answer) -> dict[str, Any]:
@@ -371,6 +379,7 @@ def _operation(op: Operation, secured: bool) -> dict[str, Any]:
     if secured and op.security == API_TOKEN:
         answers.setdefault(401, (ERROR, "the API token is missing or unknown"))
         answers.setdefault(403, (ERROR, f"the caller's role is not {needed} or above"))
+        answers.setdefault(429, (ERROR, _HELD_BACK))
     elif not secured and op.security != CALLBACK_TOKEN:
         answers.setdefault(403, (ERROR, _FOREIGN if op.method != "GET" else _FOREIGN_HOST))
     answers.setdefault(500, (ERROR, "an unexpected error; the daemon logs `api_error`"))

@@ -379,10 +379,19 @@ class AuditEntry(Answer):
     )
     target: str = Field(description="the task or execution acted on, or the path refused")
     task: str | None = Field(description="the task concerned, where known")
-    status: int | None = Field(description="the HTTP status answered; null for `config`")
+    status: int | None = Field(
+        description="the HTTP status answered (`429`: an address past its bad tokens); null "
+        "for `config`"
+    )
     remote: str | None = Field(description="the caller's address")
+    count: int = Field(
+        description="how many requests the entry stands for: refusals of one address, actor "
+        "and status within a minute are counted into few entries; 1 for any other"
+    )
     detail: Any = Field(
-        description="for a `config` change: `{fields: [{field, old, new}]}`; else null"
+        description="for a `config` change: `{fields: [{field, old, new}]}`; a backfill: "
+        "`{from, to, dry_run}`; a refusal: `{count}`, and for those counted after the first "
+        "`{count, from, to, targets}` (up to 5 targets refused); else null"
     )
 
 

@@ -3,7 +3,9 @@ past periods."""
 
 from __future__ import annotations
 
+import asyncio
 import re
+from datetime import datetime
 from typing import Any
 
 from aiohttp import web
@@ -13,6 +15,7 @@ from ecron.api.context import NUL, context, error, ignore_body
 from ecron.api.executions import snapshot, snapshots
 from ecron.backfill import BadBackfill, read_moment, read_request
 from ecron.clock import iso
+from ecron.daylight import Resolved
 from ecron.errors import NotFound
 from ecron.planning import upcoming_fire_times
 from ecron.snapshots import execution_snapshot, task_snapshot
@@ -73,32 +76,52 @@ async def upcoming(request: web.Request) -> web.Response:
         return error(400, "count must be a whole number", given)
     if not 1 <= count <= MAX_UPCOMING:
         return error(400, f"count must be between 1 and {MAX_UPCOMING}", count)
-    now = context(request).clock.now()
+    ctx = context(request)
+    now = ctx.clock.now()
+    claimed = None
     if "from" in request.query:
         try:
             given = _plus(request.query["from"])
             start = read_moment(task.name, given, "from", task.spec.timezone)
         except BadBackfill as exc:
             return error(400, str(exc), exc.detail)
-        fire_times = task.spec.fire_times
-        found = (
-            fire_times.upcoming(fire_times.next(None, start), count) if task.spec.enabled else []
-        )
     else:
-        start = now
-        claimed = (await context(request).store.claimed_fire_times([task.name])).get(task.name)
-        found = upcoming_fire_times(task.spec, task.next_fire_at, task.paused, claimed, now, count)
-    changed = task.spec.fire_times.dst_changes(min([start, *found[:1]]), found)
+        start = None
+        claimed = (await ctx.store.claimed_fire_times([task.name])).get(task.name)
+    # A rare schedule (29 February on a Monday) walks centuries of fire times and daylight
+    # saving changes: off the event loop, one preview at a time, so the node goes on.
+    async with ctx.previews:
+        found, changed = await asyncio.to_thread(_preview, task, start, claimed, now, count)
     dst = [{"at": iso(c.at), "wall": c.wall.isoformat(), "change": str(c.change)} for c in changed]
     return web.json_response(
         {
             "task": task.name,
             "paused": task.paused,
-            "from": iso(start),
+            "from": iso(now if start is None else start),
             "items": [iso(when) for when in found],
             "dst": dst,
         }
     )
+
+
+def _preview(
+    task: TaskState,
+    start: datetime | None,
+    claimed: datetime | None,
+    now: datetime,
+    count: int,
+) -> tuple[list[datetime], list[Resolved]]:
+    """The next ``count`` fire times of ``task`` from ``start`` (None: from now, as the
+    scheduler will run them), and what daylight saving time did to them."""
+    fire_times = task.spec.fire_times
+    if start is not None:
+        found = (
+            fire_times.upcoming(fire_times.next(None, start), count) if task.spec.enabled else []
+        )
+    else:
+        start = now
+        found = upcoming_fire_times(task.spec, task.next_fire_at, task.paused, claimed, now, count)
+    return found, fire_times.dst_changes(min([start, *found[:1]]), found)
 
 
 def _plus(text: str) -> str:

@@ -91,4 +91,6 @@ def _more(item: dict[str, Any], when: Times) -> str:
         return (
             f"{when(str(detail['from']), task=task)} to {when(str(detail['to']), task=task)}{dry}"
         )
-    return item.get("remote") or ""
+    count = item.get("count") or 1
+    remote = item.get("remote") or ""
+    return f"{remote} ({count} requests)" if count > 1 else remote

@@ -423,6 +423,11 @@ class DaemonSettings(_Strict):
     prefetch: Duration = timedelta(seconds=2)
     #: An API connection with no whole request for this long (idle, or half sent) is closed.
     api_idle_timeout: Duration = timedelta(seconds=75)
+    #: Missing or wrong API tokens one remote address may send within a minute; past them,
+    #: it is answered 429 until that minute ends.
+    bad_tokens_per_minute: int = Field(default=30, ge=1, le=1_000_000)
+    #: New runs one backfill may create, and unfinished backfilled runs one task may have.
+    backfill_max_runs: int = Field(default=1000, ge=1, le=1_000_000)
     #: Alerts (webhooks); set in ecron.yaml only, not from the environment.
     notify: NotifySettings = Field(default_factory=NotifySettings)
     #: The Redis Streams report channel; none when unset.
