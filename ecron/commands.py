@@ -19,7 +19,7 @@ from typing import Any
 
 import structlog
 
-from ecron.backfill import Backfill, backfill_runs, period_fire_times
+from ecron.backfill import MAX_RUNS, Backfill, backfill_runs, check_room, period_fire_times
 from ecron.bookkeeping import PAUSE_ATTEMPTS, Bookkeeping
 from ecron.capacity import Wait
 from ecron.clock import Clock, Wakeup, iso
@@ -59,8 +59,11 @@ class Commands:
         specs: Mapping[str, TaskSpec],
         scheduler_wakeup: Wakeup,
         pools: Mapping[str, PoolSpec] | None = None,
+        backfill_max_runs: int = MAX_RUNS,
     ) -> None:
         self.store = store
+        #: New runs one backfill may create, and unfinished backfilled runs per task.
+        self.backfill_max_runs = backfill_max_runs
         self.engine = engine
         self.bookkeeping = bookkeeping
         self.clock = clock
@@ -140,8 +143,10 @@ class Commands:
         only list them (``dry_run``: nothing is written). Each fire time without an execution
         gets one, claimed here and handed to the engine, which starts it through the one
         start path like a retry; one that has an execution already counts as
-        ``already_run``. Raises ``NotFound``, ``BadBackfill``, and ``Conflict`` for a paused
-        task (its runs would all be SKIPPED ``paused``, and their fire times spent)."""
+        ``already_run``. Raises ``NotFound``, ``BadBackfill`` (also for more new runs than
+        ``backfill_max_runs``, or more unfinished backfilled runs of the task than that after
+        them), and ``Conflict`` for a paused task (its runs would all be SKIPPED ``paused``,
+        and their fire times spent)."""
         spec = self.specs.get(name)
         if spec is None:
             raise NotFound(f"task {name!r} is not in this node's config")
@@ -154,6 +159,8 @@ class Commands:
         if task is not None and task.paused:
             raise Conflict(f"task {name!r} is paused: unpause it first, then backfill")
         todo = [when for when in times if when not in taken]
+        unfinished = await self.store.unfinished_backfills(name) if todo else 0
+        check_room(name, len(todo), unfinished, self.backfill_max_runs)
         runs = backfill_runs(spec, todo, self.bookkeeping.claim(now))
         created = await self.store.create_executions(runs)
         self.engine.hold(created)

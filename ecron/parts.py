@@ -146,6 +146,7 @@ class Parts:
             specs=specs,
             scheduler_wakeup=wakeup,
             pools=pools,
+            backfill_max_runs=settings.backfill_max_runs,
         )
         patrol = Patrol(
             store=store,

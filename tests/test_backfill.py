@@ -482,8 +482,8 @@ async def test_requests_that_cannot_be_carried_out_answer_400_naming_the_task_an
         task("held", url, schedule="0 0 * * *"),
     ]
     week = {"from": WEEK_FROM, "to": WEEK_TO}
-    token = {"Authorization": "Bearer t0k"}
-    async with make_daemon(specs, clock=FakeClock(NOW), api_token="t0k") as daemon:
+    token = {"Authorization": "Bearer t0k-0123456789abcdef"}
+    async with make_daemon(specs, clock=FakeClock(NOW), api_token="t0k-0123456789abcdef") as daemon:
         answers = {
             "manual": await post(daemon, "by-hand", week, **token),
             "after": await post(daemon, "spaced", week, **token),
@@ -607,3 +607,38 @@ async def test_while_a_long_backfill_runs_only_the_run_next_in_line_is_decided_a
         waiting = [e for e in await r.executions("b") if e.status is Status.SCHEDULED]
     assert len(done.executions) == 60 and first_round == 60 and len(waiting) == 59
     assert set(again) == {done.executions[1]} and 9 <= len(again) <= 11
+
+
+async def test_a_backfill_starts_at_most_backfill_max_runs_and_a_task_never_holds_more(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """With `backfill_max_runs: 5`, an hourly task: a period of 6 fire times to run answers
+    400 naming the count and the limit, and creates nothing (one request made 10,000 runs
+    in 0.37 s, and a node holding them queued used 80 % of a core); 3 of them are created
+    and stay unfinished (the service holds them); 3 more answer 400 naming the 3 unfinished,
+    and create nothing; a dry run of 10 still lists every fire time."""
+    user_service.durations = {"x": 3600}
+    hourly = task("hourly", f"{user_service.url}/jobs/x", schedule="0 * * * *", concurrency="allow")
+    hours = [NOW - timedelta(hours=12) + timedelta(hours=n) for n in range(11)]
+    async with make_daemon([hourly], clock=FakeClock(NOW), backfill_max_runs=5) as daemon:
+        six = await post(daemon, "hourly", {"from": iso(hours[0]), "to": iso(hours[6])})
+        after_six = await every_execution(daemon, "hourly")
+        three = await post(daemon, "hourly", {"from": iso(hours[0]), "to": iso(hours[3])})
+        more = await post(daemon, "hourly", {"from": iso(hours[3]), "to": iso(hours[6])})
+        dry = await post(
+            daemon, "hourly", {"from": iso(hours[0]), "to": iso(hours[10]), "dry_run": True}
+        )
+        held = [
+            e
+            for e in await every_execution(daemon, "hourly")
+            if e.trigger_kind is TriggerKind.BACKFILL
+        ]
+    assert six[0] == 400 and not [e for e in after_six if e.trigger_kind is TriggerKind.BACKFILL]
+    assert six[1]["detail"] == {"field": "to", "value": {"runs": 6, "backfill_max_runs": 5}}
+    assert "6 fire times to run" in six[1]["error"] and "backfill_max_runs" in six[1]["error"]
+    assert three[0] == 202 and len(three[1]["executions"]) == 3
+    assert more[0] == 400
+    assert more[1]["detail"]["value"] == {"runs": 3, "unfinished": 3, "backfill_max_runs": 5}
+    assert "3 backfilled runs not ended" in more[1]["error"]
+    assert dry[0] == 200 and dry[1]["count"] == 10
+    assert len(held) == 3 and not any(e.is_final for e in held)

@@ -421,6 +421,10 @@ class Store(abc.ABC):
     async def fire_times_taken(self, task: str, times: Sequence[datetime]) -> set[datetime]:
         """Those of ``times`` for which ``task`` has an execution (of any attempt)."""
 
+    @abc.abstractmethod
+    async def unfinished_backfills(self, task: str) -> int:
+        """How many executions of ``task`` started by a backfill have not ended."""
+
     # -- nodes and shared settings --------------------------------------------------------
 
     @abc.abstractmethod

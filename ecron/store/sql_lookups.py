@@ -2,7 +2,8 @@
 (how short a prefix names it alone), each task's newest execution (``GET /tasks``), and the
 durations of a task's recent successful runs (which a snapshot's ETA rests on). Each reads a
 few rows along an index (migrations 0001, 0005, 0006 and 0007), whatever the size of the
-history."""
+history; and how many backfilled runs of a task have not ended (a few, along the task's
+index)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ecron.core import Execution, Status
+from ecron.core import HELD, Execution, Status, TriggerKind
 from ecron.store.engine import Dialect, Engines
 from ecron.store.retry import retried
 from ecron.store.tables import execution_table
@@ -168,3 +169,14 @@ class LookupOperations:
         return {
             name: [took for _, took in sorted(found, reverse=True)] for name, found in runs.items()
         }
+
+    @retried("unfinished_backfills")
+    async def unfinished_backfills(self, task: str) -> int:
+        table = execution_table
+        query = sa.select(sa.func.count()).where(
+            table.c.task == task,
+            table.c.trigger_kind == str(TriggerKind.BACKFILL),
+            table.c.status.in_([str(status) for status in HELD]),
+        )
+        async with self.engines.read() as conn:
+            return int((await conn.execute(query)).scalar_one())
