@@ -77,7 +77,7 @@ tasks:
 """
 
 DESIGN_ENV = {
-    "ECRON_API_TOKEN": "api-token",
+    "ECRON_API_TOKEN": "api-token-0123456789",
     "ECRON_SECRET": "daemon-secret",
     "REPORTS_TOKEN": "reports-token",
     "REPORTS_SIGNING_SECRET": "signing-secret",
@@ -123,7 +123,7 @@ def test_the_design_example_config_validates_with_its_variables_set(tmp_path: Pa
     config = load_config(tmp_path, DESIGN_ENV)
 
     assert isinstance(config, Config)
-    assert config.daemon.api_token == "api-token"
+    assert config.daemon.api_token == "api-token-0123456789"
     assert config.daemon.secret == "daemon-secret"
     assert config.daemon.tick == timedelta(milliseconds=200)
     assert config.daemon.log.format == "json"
@@ -437,7 +437,7 @@ def test_environment_variables_win_over_ecron_yaml(tmp_path: Path) -> None:
     environ = {
         "ECRON_DATABASE_URL": "postgresql+asyncpg://ecron:pw@db/ecron",
         "ECRON_LISTEN": "0.0.0.0:9000",
-        "ECRON_API_TOKEN": "t0k",  # another machine may reach it: a token is needed
+        "ECRON_API_TOKEN": "t0k-0123456789abcdef",  # another machine may reach it: a token is needed
         "ECRON_TICK": "1s",
         "ECRON_LOG_LEVEL": "debug",
         "ECRON_POLL_WORKERS": "8",
@@ -471,7 +471,8 @@ def test_an_overridden_key_needs_no_variable_in_the_file(tmp_path: Path) -> None
     """When ``ECRON_API_TOKEN`` is set, the file's ``${...}`` for that key is not looked at."""
     write_config(tmp_path, "api_token: ${SOMETHING_UNSET}\n")
 
-    assert load_config(tmp_path, {"ECRON_API_TOKEN": "t"}).daemon.api_token == "t"
+    token = "t-0123456789abcdef"
+    assert load_config(tmp_path, {"ECRON_API_TOKEN": token}).daemon.api_token == token
 
 
 def test_an_invalid_environment_value_is_a_problem_naming_the_variable(tmp_path: Path) -> None:

@@ -225,11 +225,13 @@ async def test_with_an_api_token_the_api_wants_it_but_health_does_not(
     make_daemon: DaemonFactory, user_service: UserService
 ) -> None:
     """api_token set: 401 without or with a wrong bearer token; /healthz stays open."""
-    async with make_daemon([task("a", f"{user_service.url}/jobs/x")], api_token="t0ken") as daemon:
+    async with make_daemon(
+        [task("a", f"{user_service.url}/jobs/x")], api_token="t0ken-0123456789abcdef"
+    ) as daemon:
         assert (await api(daemon, "GET", "/api/v1/tasks"))[0] == 401
         wrong = {"Authorization": "Bearer nope"}
         assert (await api(daemon, "GET", "/api/v1/tasks", headers=wrong))[0] == 401
-        right = {"Authorization": "Bearer t0ken"}
+        right = {"Authorization": "Bearer t0ken-0123456789abcdef"}
         assert (await api(daemon, "GET", "/api/v1/tasks", headers=right))[0] == 200
         assert (await api(daemon, "GET", "/healthz"))[0] == 200
         status, ready = await api(daemon, "GET", "/readyz")
@@ -371,9 +373,9 @@ async def test_odd_requests_get_clear_answers_not_errors(
     empty filters mean no filter; a pause reason that is not text is refused (400);
     unpausing a task that is not paused changes nothing (its next fire time stays)."""
     spec = task("h", f"{user_service.url}/jobs/x", schedule={"after": "1h"})
-    async with make_daemon([spec], api_token="t0k") as daemon:
+    async with make_daemon([spec], api_token="t0k-0123456789abcdef") as daemon:
         user_service.duration = 0.05
-        auth = {"Authorization": "Bearer t0k"}
+        auth = {"Authorization": "Bearer t0k-0123456789abcdef"}
         odd = {"Authorization": "Bearer té"}
         assert (await api(daemon, "GET", "/api/v1/tasks", headers=odd))[0] == 401
         planned = await next_fire(daemon, "h")  # 1 h from the task's creation

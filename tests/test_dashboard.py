@@ -72,7 +72,9 @@ async def test_the_dashboard_page_and_its_files_are_served_without_the_api_token
     answers: dict[str, tuple[int, str, str, str]] = {}
     others: dict[str, int] = {}
     async with (
-        make_daemon([task("a", f"{user_service.url}/jobs/x")], api_token="t0k") as daemon,
+        make_daemon(
+            [task("a", f"{user_service.url}/jobs/x")], api_token="t0k-0123456789abcdef"
+        ) as daemon,
         aiohttp.ClientSession() as session,
     ):
         for path in ("/", *(f"/static/{name}" for name in FILES)):

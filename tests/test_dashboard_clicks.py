@@ -190,14 +190,14 @@ async def test_pause_and_unpause_send_the_token_typed_into_the_page_and_a_401_sa
     says whom it acts as, and pause and unpause work; once the token is forgotten, the 401
     shows again and the buttons go."""
     spec = task("nightly", f"{user_service.url}/jobs/x", schedule="0 3 * * *")
-    async with make_daemon([spec], api_token="s3cret-t0ken") as daemon:
+    async with make_daemon([spec], api_token="s3cret-t0ken-0123456789") as daemon:
         page = dashboard(driver, daemon)
         await page.open()
         problem = await page.wait_text("#problem", lambda text: "401" in text, "the 401")
         assert "wants an API token" in problem and "API token" in problem
         assert await page.text("#summary") == f"not loaded: {problem}"  # not "loading…"
         assert await page.script("return document.getElementById('home').hidden") is True
-        await page.type("#token", "s3cret-t0ken")
+        await page.type("#token", "s3cret-t0ken-0123456789")
         await page.click('#token-form button[type="submit"]')
         await page.wait_text("#caller", lambda text: text == "as admin (admin)", "the caller")
         await page.click('#tasks tr[data-key="nightly"] button[data-action="pause"]')
@@ -216,7 +216,7 @@ async def test_pause_and_unpause_send_the_token_typed_into_the_page_and_a_401_sa
         assert await page.text("#caller") == ""
         assert not await page.script("return !!document.querySelector('#tasks').offsetParent")
 
-        await page.type("#token", "s3cret-t0ken")
+        await page.type("#token", "s3cret-t0ken-0123456789")
         await page.click('#token-form button[type="submit"]')
         await page.click('#tasks tr[data-key="nightly"] button[data-action="unpause"]')
         await page.wait_text(

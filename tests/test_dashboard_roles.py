@@ -21,7 +21,11 @@ from tests.support.browser import Page, WebDriver, browser_session, dashboard
 from tests.support.daemon import DaemonFactory, task
 from tests.support.service import UserService
 
-ADMIN, OPERATOR, VIEWER = "adm1n-t0ken", "0perat0r-t0ken", "v1ewer-t0ken"
+ADMIN, OPERATOR, VIEWER = (
+    "adm1n-t0ken-0123456789",
+    "0perat0r-t0ken-0123456789",
+    "v1ewer-t0ken-0123456789",
+)
 CALLERS = {
     "api_token": ADMIN,
     "api_tokens": [

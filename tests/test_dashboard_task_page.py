@@ -38,9 +38,9 @@ from tests.support.service import JSON_BODY, Job, UserService, wait_for
 #: Where the screenshot is copied when ECRON_SAVE_SCREENSHOT=1 (README and docs/api.md link it).
 DOCS_SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "images" / "task-page.png"
 FINAL = {"SUCCESS", "FAILED", "TIMED_OUT", "CANCELLED", "SKIPPED"}
-OPERATOR, VIEWER = "0perat0r-t0ken", "v1ewer-t0ken"
+OPERATOR, VIEWER = "0perat0r-t0ken-0123456789", "v1ewer-t0ken-0123456789"
 CALLERS = {
-    "api_token": "adm1n-t0ken",
+    "api_token": "adm1n-t0ken-0123456789",
     "api_tokens": [
         {"name": "ci", "token": OPERATOR, "role": "operator"},
         {"name": "grafana", "token": VIEWER, "role": "viewer"},

@@ -183,7 +183,10 @@ async def test_no_secret_value_appears_in_any_log_line(
         max_probe_failures=2,
     )
     async with make_daemon(
-        [spec], api_token="api-t0ken-xyz", secret="cb-s3cret-987", public_url="http://ecron.test"
+        [spec],
+        api_token="api-t0ken-xyz-0123456789",
+        secret="cb-s3cret-987",
+        public_url="http://ecron.test",
     ) as daemon:
         eid = await _run(daemon)
         execution = await ended(daemon, eid)
@@ -195,7 +198,7 @@ async def test_no_secret_value_appears_in_any_log_line(
     for secret in (
         "hdr-s3cret-0123456789",
         "sign-s3cret-abcdef",
-        "api-t0ken-xyz",
+        "api-t0ken-xyz-0123456789",
         "cb-s3cret-987",
         token,
         signature.split("v1=")[1],
@@ -206,7 +209,7 @@ async def test_no_secret_value_appears_in_any_log_line(
 
 async def _run(daemon: Daemon) -> str:
     """Run the one task through the API, with the API token."""
-    headers = {"Authorization": "Bearer api-t0ken-xyz"}
+    headers = {"Authorization": "Bearer api-t0ken-xyz-0123456789"}
     async with (
         aiohttp.ClientSession() as session,
         session.post(

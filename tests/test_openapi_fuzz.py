@@ -48,7 +48,7 @@ def database_url(tmp_path: Path) -> str:
 
 
 #: The callers of the runs with a role below admin, and their tokens.
-VIEWER, OPERATOR = "v1ewer-t0k", "0perat0r-t0k"
+VIEWER, OPERATOR = "v1ewer-t0k-0123456789", "0perat0r-t0k-0123456789"
 CALLERS = [
     {"name": "grafana", "token": VIEWER, "role": "viewer"},
     {"name": "ci", "token": OPERATOR, "role": "operator"},

@@ -85,7 +85,9 @@ def test_s2_no_token_on_an_address_other_machines_reach_is_refused(listen: str) 
     naming `listen` and the two ways out; a token or `allow_unauthenticated: true` lets it."""
     with pytest.raises(ValueError, match=r"listen: .* no API token is set.*allow_unauthenticated"):
         DaemonSettings(listen=listen)
-    assert DaemonSettings(listen=listen, api_token="t0k").callers[0].name == "admin"
+    assert (
+        DaemonSettings(listen=listen, api_token="t0k-0123456789abcdef").callers[0].name == "admin"
+    )
     assert DaemonSettings(listen=listen, allow_unauthenticated=True).callers == []
     for loopback in ("127.0.0.1:8080", "127.0.0.2:80", "[::1]:8080", "localhost:8080"):
         assert DaemonSettings(listen=loopback).callers == []
@@ -120,9 +122,15 @@ def test_callers_come_from_ecron_yaml_the_environment_and_a_tokens_file(tmp_path
     does not exist and an unreadable file are errors that name the field, never the
     token."""
     (tmp_path / "tasks").mkdir()
-    (tmp_path / "tokens.yaml").write_text("- {name: grafana, token: v1ew, role: viewer}\n")
-    (tmp_path / "ecron.yaml").write_text("api_token: adm1n\napi_tokens_file: tokens.yaml\n")
-    environ = {"ECRON_API_TOKENS": '[{"name": "ci", "token": "c1", "role": "operator"}]'}
+    (tmp_path / "tokens.yaml").write_text(
+        "- {name: grafana, token: v1ew-0123456789abcdef, role: viewer}\n"
+    )
+    (tmp_path / "ecron.yaml").write_text(
+        "api_token: adm1n-0123456789abcdef\napi_tokens_file: tokens.yaml\n"
+    )
+    environ = {
+        "ECRON_API_TOKENS": '[{"name": "ci", "token": "c1-0123456789abcdef", "role": "operator"}]'
+    }
     callers = load_config(tmp_path, environ).daemon.callers
     assert [(c.name, str(c.role)) for c in callers] == [
         ("admin", "admin"),
@@ -130,15 +138,19 @@ def test_callers_come_from_ecron_yaml_the_environment_and_a_tokens_file(tmp_path
         ("grafana", "viewer"),
     ]
     bad = {
-        '[{"name": "ci", "token": "adm1n", "role": "operator"}]': "same token",
-        '[{"name": "admin", "token": "x1", "role": "viewer"}]': "'admin' is used twice",
-        '[{"name": "ci", "token": "x1", "role": "boss"}]': "'boss' is not valid",
+        '[{"name": "ci", "token": "adm1n-0123456789abcdef", "role": "operator"}]': "same token",
+        '[{"name": "admin", "token": "x1-0123456789abcdef", "role": "viewer"}]': (
+            "'admin' is used twice"
+        ),
+        '[{"name": "ci", "token": "x1-0123456789abcdef", "role": "boss"}]': "'boss' is not valid",
     }
     for given, why in bad.items():
         with pytest.raises(ConfigError) as raised:
             load_config(tmp_path, {"ECRON_API_TOKENS": given})
-        assert why in str(raised.value) and "adm1n" not in str(raised.value)
-    (tmp_path / "tokens.yaml").write_text("- {name: grafana, token: v1ew, role: boss}\n")
+        assert why in str(raised.value) and "adm1n-0123456789abcdef" not in str(raised.value)
+    (tmp_path / "tokens.yaml").write_text(
+        "- {name: grafana, token: v1ew-0123456789abcdef, role: boss}\n"
+    )
     with pytest.raises(ConfigError, match=r"tokens.yaml: entry 1: field 'role': 'boss'"):
         load_config(tmp_path, {})
     (tmp_path / "tokens.yaml").unlink()
@@ -169,7 +181,7 @@ async def test_the_document_declares_the_token_only_where_one_is_asked_for(
     it and answers 401 and 403."""
     async with make_daemon([]) as daemon:
         _, open_document = await send(daemon, "GET", "/api/v1/openapi.json")
-    async with make_daemon([], api_token="t0k") as daemon:
+    async with make_daemon([], api_token="t0k-0123456789abcdef") as daemon:
         _, guarded = await send(daemon, "GET", "/api/v1/openapi.json")
     assert "apiToken" not in open_document["components"]["securitySchemes"]
     assert open_document["security"] == []

@@ -68,13 +68,25 @@ def check_optional_token(value: str | None) -> str | None:
     return None if value is None else check_token(value)
 
 
+#: The shortest token accepted: one that cannot be guessed (``openssl rand -hex 32`` makes
+#: 64 characters).
+MIN_TOKEN = 16
+#: How to make a token, as errors say it.
+MAKE_ONE = "make one with: openssl rand -hex 32"
+
+
 def check_token(value: str) -> str:
     """A token is some text: an empty one (an unset variable, a secret not mounted) is an
-    error, never "no token"."""
+    error, never "no token"; so is one shorter than ``MIN_TOKEN``, which could be guessed.
+    No error quotes it."""
     if not value.strip():
         raise ValueError("is empty: set a token, or remove the key to have none")
     if any(ord(char) < 0x21 or ord(char) == 0x7F for char in value):
         raise ValueError("holds a space or a control character, which no header can carry")
+    if len(value) < MIN_TOKEN:
+        raise ValueError(
+            f"is shorter than {MIN_TOKEN} characters, which could be guessed: {MAKE_ONE}"
+        )
     return value
 
 

@@ -1,8 +1,11 @@
 """``api_tokens_file``: more callers from a YAML file (a mounted secret), added to
-``api_tokens`` at load; each problem names the file and the entry, never a token."""
+``api_tokens`` at load and at each reload; each problem names the file and the entry, never
+a token. A file every user of the machine may write is refused: any of them could add a
+caller."""
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from ecron.config.callers import ApiCaller
-from ecron.config.messages import DAEMON_FILE, explain, kind
+from ecron.config.messages import DAEMON_FILE, HIDDEN, explain, kind
 
 
 def read_callers_file(data: dict[str, Any], root: Path, problems: list[str]) -> None:
@@ -23,11 +26,8 @@ def read_callers_file(data: dict[str, Any], root: Path, problems: list[str]) -> 
     before = len(problems)
     path = root / named
     shown = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, ValueError) as exc:  # ValueError: a NUL in the name; or not UTF-8
-        why = exc.strerror if isinstance(exc, OSError) else "not a readable name or UTF-8 text"
-        problems.append(f"{DAEMON_FILE}: field 'api_tokens_file': cannot read {shown} ({why}).")
+    text = _read(path, problems)
+    if text is None:
         return
     try:
         found = yaml.safe_load(text)
@@ -44,6 +44,8 @@ def read_callers_file(data: dict[str, Any], root: Path, problems: list[str]) -> 
             ApiCaller.model_validate(entry)
         except ValidationError as exc:
             for where, text in explain(exc, ApiCaller, skip=[]):
+                if not where:  # the entry itself is wrong: a bare token, say; never quoted
+                    text = f"{HIDDEN} is not a caller: write each as {{name, token, role}}."
                 problems.append(f"{shown}: entry {number}: field '{where or 'the entry'}': {text}")
     if len(problems) > before:
         return
@@ -51,6 +53,26 @@ def read_callers_file(data: dict[str, Any], root: Path, problems: list[str]) -> 
     if isinstance(given, str):
         given = yaml.safe_load(given) if _is_yaml(given) else given
     data["api_tokens"] = [*given, *found] if isinstance(given, list) else given
+
+
+def _read(path: Path, problems: list[str]) -> str | None:
+    """The file's text; None, with the problem said, when it cannot be read or when every
+    user of the machine may write it (any of them could add an admin of their own)."""
+    shown = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+        mode = path.stat().st_mode
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the name; or not UTF-8
+        why = exc.strerror if isinstance(exc, OSError) else "not a readable name or UTF-8 text"
+        problems.append(f"{DAEMON_FILE}: field 'api_tokens_file': cannot read {shown} ({why}).")
+        return None
+    if mode & stat.S_IWOTH:
+        problems.append(
+            f"{shown}: is writable by every user of this machine (mode {mode & 0o777:o}), who "
+            f"could add an admin of their own: chmod o-w {shown}."
+        )
+        return None
+    return text
 
 
 def _is_yaml(text: str) -> bool:

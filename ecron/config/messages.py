@@ -13,11 +13,13 @@ from pydantic import BaseModel, ValidationError
 
 #: (field path, what is wrong)
 Problems = list[tuple[str, str]]
-#: Fields whose values are secrets: a problem with one never quotes the value.
 #: The daemon's own file in a config directory, as problems name it.
 DAEMON_FILE = "ecron.yaml"
+#: Fields whose values are secrets: a problem with one never quotes the value. A caller
+#: entry as a whole is one too (``api_tokens[2]``: a bare token written where ``{name,
+#: token, role}`` belongs), and so is a ``token`` (of a caller in a tokens file).
 SECRET_PATH = re.compile(
-    r"(^|\.)(secret|api_token|api_tokens)$|(^|\.)api_tokens\[\d+\]\.token$"
+    r"(^|\.)(secret|api_token|api_tokens|token)$|(^|\.)api_tokens\[\d+\](\.token)?$"
     r"|(^|\.)headers(\.|\[|$)|webhooks\[\d+\]\.url$"
 )
 #: How a secret value is shown in a problem.

@@ -9,6 +9,7 @@ import base64
 import copy
 import functools
 import re
+import secrets
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ DOCKERFILE = ROOT / "Dockerfile"
 
 #: libyaml's safe loader where PyYAML has it (the wheels do), else the pure-Python one.
 _SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}")
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*)|(:\?[^}]*))?\}")
 
 
 def yaml_files() -> list[Path]:
@@ -98,10 +99,13 @@ def compose() -> dict[str, Any]:
 
 
 def interpolated(text: str) -> str:
-    """``text`` as compose interpolates it with nothing set in the environment: every
-    ``${VAR:-default}`` becomes its default; a ``${VAR}`` without one is an error."""
+    """``text`` as compose interpolates it with only the required variables set (``MADE``,
+    as the user makes them): every ``${VAR:-default}`` becomes its default, every
+    ``${VAR:?why}`` its value in ``MADE``; a ``${VAR}`` without either is an error."""
 
     def default(match: re.Match[str]) -> str:
+        if match.group(3) is not None and match.group(1) in MADE:
+            return MADE[match.group(1)]
         if match.group(2) is None:
             raise AssertionError(f"{text!r}: ${{{match.group(1)}}} has no default")
         return match.group(2)
@@ -249,10 +253,29 @@ def resolve_env(container: dict[str, Any]) -> dict[str, str]:
     return found
 
 
+#: What a user makes with ``openssl rand -hex 32`` for each value the examples leave empty
+#: (a Secret's token or secret) or require (compose's ``${VAR:?...}``): the examples ship
+#: none of their own.
+MADE = {
+    "ECRON_API_TOKEN": secrets.token_hex(32),
+    "ECRON_SECRET": secrets.token_hex(32),
+}
+
+
+def filled(text: str) -> str:
+    """A Secret's value as a user fills it in: each empty token (``""``), in a value or in
+    the YAML of a tokens file it holds, made with ``openssl rand -hex 32``."""
+    if text == "":
+        return secrets.token_hex(32)
+    return re.sub(r'(token: )""', lambda match: match.group(1) + secrets.token_hex(32), text)
+
+
 def object_value(obj: dict[str, Any], key: str) -> str:
-    """The value of ``key`` in a Secret (``stringData`` or base64 ``data``) or ConfigMap."""
+    """The value of ``key`` in a Secret (``stringData`` or base64 ``data``; its empty
+    tokens ``filled`` as a user fills them) or ConfigMap."""
     if key in (obj.get("stringData") or {}):
-        return str(obj["stringData"][key])
+        value = str(obj["stringData"][key])
+        return filled(value) if obj["kind"] == "Secret" else value
     if obj["kind"] == "Secret" and key in (obj.get("data") or {}):
         return base64.b64decode(obj["data"][key]).decode()
     if obj["kind"] == "ConfigMap" and key in (obj.get("data") or {}):

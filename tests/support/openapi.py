@@ -12,7 +12,7 @@ from ecron.api.context import ApiContext
 from ecron.daemon import Daemon
 
 #: The API token of the daemons these tests start, and the header that carries it.
-TOKEN = "t0k"
+TOKEN = "t0k-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 

@@ -1,0 +1,105 @@
+"""What the config lets in or gives away (issue 34): tokens long enough not to be guessed
+and examples that ship none (N6), a tokens file others may write (N8), a caller written as
+a bare token (N9). ``ecron validate`` as a user runs it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tests.test_security_findings import validate
+
+ROOT = Path(__file__).resolve().parent.parent
+#: A token a problem must never quote.
+SECRET = "s3cret-t0ken-0123456789abcdef"
+
+
+def config_dir(tmp_path: Path, ecron_yaml: str) -> Path:
+    (tmp_path / "tasks").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "ecron.yaml").write_text(ecron_yaml)
+    return tmp_path
+
+
+def test_a_token_shorter_than_16_characters_is_an_error_naming_where_and_never_quoting_it(
+    tmp_path: Path,
+) -> None:
+    """`api_token`, an `api_tokens` entry, `ECRON_API_TOKEN` and a tokens file's entry of 15
+    characters are each refused (exit 1), naming the file or variable and the field, saying
+    how to make one, and not quoting the token; 16 characters are accepted."""
+    short = "0123456789abcde"  # 15
+    cases = {
+        "ecron.yaml: field 'api_token'": (f"api_token: {short}\n", {}),
+        "ecron.yaml: field 'api_tokens[1].token'": (
+            f"api_tokens: [{{name: ci, token: {short}, role: operator}}]\n",
+            {},
+        ),
+        "environment variable ECRON_API_TOKEN: field 'api_token'": ("", {"ECRON_API_TOKEN": short}),
+        "tokens.yaml: entry 1: field 'token'": ("api_tokens_file: tokens.yaml\n", {}),
+    }
+    for said, (ecron_yaml, environ) in cases.items():
+        directory = config_dir(tmp_path / str(len(said)), ecron_yaml)
+        (directory / "tokens.yaml").write_text(f"- {{name: ci, token: {short}, role: viewer}}\n")
+        code, output = validate(directory, environ)
+        assert code == 1, (said, output)
+        assert said in output and "shorter than 16 characters" in output, (said, output)
+        assert "openssl rand -hex 32" in output and short not in output, (said, output)
+    fine = config_dir(tmp_path / "fine", f"api_token: {short}f\n")
+    assert validate(fine)[0] == 0
+
+
+def test_the_examples_ship_no_token_and_say_how_to_make_one() -> None:
+    """No file of the repository's examples or docs sets a token or secret such as
+    `change-me`: compose refuses to start without `ECRON_API_TOKEN` and `ECRON_SECRET` and
+    says how to make them, and the Kubernetes Secret's values are empty (an empty token is
+    a config error) until made with `openssl rand`."""
+    compose = (ROOT / "examples/deploy/compose/compose.yaml").read_text()
+    secret = (ROOT / "examples/deploy/kubernetes/secret.yaml").read_text()
+    shipped = [
+        path
+        for path in [*ROOT.glob("examples/**/*"), *ROOT.glob("docs/*.md"), ROOT / "README.md"]
+        if path.is_file() and re.search(r"change-?me", path.read_text(errors="replace"), re.I)
+    ]
+    assert shipped == []
+    for variable in ("ECRON_API_TOKEN", "ECRON_SECRET"):
+        assert re.search(rf"\$\{{{variable}:\?[^}}]*openssl rand -hex 32", compose), variable
+    for key in ("api-token", "secret"):
+        assert re.search(rf"^  {key}: \"\"$", secret, re.M), key
+    assert "openssl rand -hex 32" in secret
+
+
+def test_a_tokens_file_every_user_may_write_is_refused(tmp_path: Path) -> None:
+    """A tokens file of mode 0666 (anyone on the machine could add an admin of their own)
+    is a config error naming the file and how to fix it, quoting none of its tokens; the
+    same file at 0640 is accepted."""
+    directory = config_dir(tmp_path, "api_tokens_file: tokens.yaml\n")
+    tokens = directory / "tokens.yaml"
+    tokens.write_text(f"- {{name: ci, token: {SECRET}, role: admin}}\n")
+    tokens.chmod(0o666)
+    code, output = validate(directory)
+    assert code == 1, output
+    assert "tokens.yaml: is writable by every user" in output and "chmod o-w" in output
+    assert SECRET not in output
+    tokens.chmod(0o640)
+    assert validate(directory)[0] == 0
+
+
+def test_a_caller_written_as_a_bare_token_is_refused_without_quoting_it(tmp_path: Path) -> None:
+    """A caller written as its token alone (`- TOKEN` instead of `{name, token, role}`), in
+    ecron.yaml, in `ECRON_API_TOKENS` or in a tokens file, or a token that is not text, is
+    a config error naming the file, the entry and the field, never quoting the token."""
+    directory = config_dir(
+        tmp_path,
+        f"api_tokens:\n  - {SECRET}\n  - {{name: ci, token: 12345678901234567890, role: viewer}}\n"
+        "api_tokens_file: tokens.yaml\n",
+    )
+    (directory / "tokens.yaml").write_text(f"- {SECRET}x\n- [{SECRET}y]\n")
+    code, output = validate(directory)
+    assert code == 1, output
+    assert "ecron.yaml: field 'api_tokens[1]'" in output
+    assert "ecron.yaml: field 'api_tokens[2].token'" in output
+    assert "tokens.yaml: entry 1: field 'the entry'" in output
+    assert "tokens.yaml: entry 2: field 'the entry'" in output
+    assert SECRET not in output and "12345678901234567890" not in output
+    directory = config_dir(tmp_path / "env", "")
+    code, output = validate(directory, {"ECRON_API_TOKENS": f'["{SECRET}"]'})
+    assert code == 1 and "api_tokens[1]" in output and SECRET not in output, output
