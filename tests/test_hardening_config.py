@@ -1,12 +1,27 @@
 """What the config lets in or gives away (issue 34): tokens long enough not to be guessed
-and examples that ship none (N6), a tokens file others may write (N8), a caller written as
-a bare token (N9). ``ecron validate`` as a user runs it."""
+and examples that ship none (N6), tokens-file changes taken by SIGHUP, revocation included
+(N7), a tokens file others may write (N8), a caller written as a bare token (N9).
+``ecron validate`` as a user runs it, and a real node."""
 
 from __future__ import annotations
 
 import re
+import signal
 from pathlib import Path
+from typing import Any
 
+import aiohttp
+
+from tests.support.cluster import (
+    Node,
+    clean_up,
+    request,
+    start_node,
+    stop_node,
+    task_yaml,
+    write_config,
+)
+from tests.support.service import UserService, wait_for
 from tests.test_security_findings import validate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -103,3 +118,69 @@ def test_a_caller_written_as_a_bare_token_is_refused_without_quoting_it(tmp_path
     directory = config_dir(tmp_path / "env", "")
     code, output = validate(directory, {"ECRON_API_TOKENS": f'["{SECRET}"]'})
     assert code == 1 and "api_tokens[1]" in output and SECRET not in output, output
+
+
+async def test_sighup_applies_the_tokens_file_a_removed_token_is_refused_at_once(
+    user_service: UserService, tmp_path: Path
+) -> None:
+    """A real node with `api_tokens_file` naming two callers. The file is rewritten without
+    `ci` and with `grafana`, and the node gets SIGHUP: from then on `ci`'s token answers
+    401 and `grafana`'s is served (it answered 401 before), the admin's works throughout,
+    and the node exits 0."""
+    admin, ci, grafana = (f"{name}-token-0123456789abcdef" for name in ("admin", "ci", "grafana"))
+    directory = write_config(
+        tmp_path / "config",
+        "tick: 100ms\nlog: {format: json, level: info}\napi_tokens_file: tokens.yaml\n",
+        "tasks:\n" + task_yaml("first", f"{user_service.url}/jobs/a", schedule="manual"),
+    )
+    tokens = directory / "tokens.yaml"
+    tokens.write_text(
+        f"- {{name: root, token: {admin}, role: admin}}\n"
+        f"- {{name: ci, token: {ci}, role: operator}}\n"
+    )
+    tokens.chmod(0o600)
+    database = f"sqlite+aiosqlite:///{tmp_path / 'ecron.db'}"
+    running: list[Node] = []
+
+    async def status(token: str) -> int:
+        code, _ = await request(running[0], "GET", "/api/v1/tasks", headers=_bearer(token))
+        return code
+
+    try:
+        running.append(start_node("node", directory, database, tmp_path))
+        node = running[0]
+        await wait_for(lambda: _answers(node), timeout=30)
+        before = {name: await status(t) for name, t in (("ci", ci), ("grafana", grafana))}
+        tokens.write_text(
+            f"- {{name: root, token: {admin}, role: admin}}\n"
+            f"- {{name: grafana, token: {grafana}, role: viewer}}\n"
+        )
+        node.process.send_signal(signal.SIGHUP)
+        await wait_for(lambda: _is(status(grafana), 200), timeout=10)
+        after = {name: await status(t) for name, t in (("ci", ci), ("grafana", grafana))}
+        admin_status = await status(admin)
+        code = await stop_node(node)
+    finally:
+        clean_up(running)
+    assert before == {"ci": 200, "grafana": 401}
+    assert after == {"ci": 401, "grafana": 200}
+    assert admin_status == 200
+    assert code == 0, node.log_tail()
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def _answers(node: Node) -> bool:
+    if node.process.poll() is not None:
+        raise AssertionError(f"the node exited\n{node.log_tail()}")
+    try:
+        code, _ = await request(node, "GET", "/readyz")
+    except (aiohttp.ClientError, OSError):
+        return False
+    return code == 200
+
+
+async def _is(status: Any, expected: int) -> bool:
+    return bool(await status == expected)
