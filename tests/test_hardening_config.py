@@ -1,17 +1,26 @@
-"""What the config lets in or gives away (issue 34): tokens long enough not to be guessed
+"""What the config lets in or gives away (issue 34): a URL's password and secret query
+values shown nowhere a change of it is told (N4), tokens long enough not to be guessed
 and examples that ship none (N6), tokens-file changes taken by SIGHUP, revocation included
 (N7), a tokens file others may write (N8), a caller written as a bare token (N9).
 ``ecron validate`` as a user runs it, and a real node."""
 
 from __future__ import annotations
 
+import asyncio
+import io
+import json
 import re
 import signal
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+from click.testing import CliRunner
 
+from ecron.cli import cli, plan  # noqa: F401  (registers the command)
+from ecron.config import load_config
+from ecron.core.audit import AuditQuery
+from ecron.daemon import Daemon
 from tests.support.cluster import (
     Node,
     clean_up,
@@ -184,3 +193,48 @@ async def _answers(node: Node) -> bool:
 
 async def _is(status: Any, expected: int) -> bool:
     return bool(await status == expected)
+
+
+async def test_a_urls_password_and_secret_query_values_show_nowhere_a_change_is_told(
+    tmp_path: Path, json_logs: io.StringIO
+) -> None:
+    """A task's URL gains a password and `?api_key=`, its poll URL a `token=`: `ecron plan`
+    (text and `--json`), the node's `tasks_synced` log line at the reload and the audit
+    log's `change` entry each show the change, with `***` where the password and the
+    secret values were, and none of them (nor does any log line)."""
+    password, key, token = "hunter2-pw-0123", "k3y-value-0123", "t0ken-value-0123"
+    url = f"https://ops:{password}@svc.example/jobs?api_key={key}&kind=full"
+    directory = tmp_path / "config"
+    tasks = directory / "tasks" / "report.yaml"
+    tasks.parent.mkdir(parents=True)
+    (directory / "ecron.yaml").write_text(f"database: sqlite+aiosqlite:///{tmp_path / 'e.db'}\n")
+    tasks.write_text(
+        "tasks:\n" + task_yaml("report", "https://svc.example/jobs", schedule="manual")
+    )
+    async with Daemon(load_config(directory)) as daemon:
+        tasks.write_text(
+            "tasks:\n"
+            + task_yaml(
+                "report",
+                url,
+                schedule="manual",
+                poll_url=f"{url}&token={token}&id={{execution_id}}",
+            )
+        )
+        planned = [
+            await asyncio.to_thread(CliRunner().invoke, cli, ["plan", "-c", str(directory), *args])
+            for args in ([], ["--json"])
+        ]
+        await daemon.reload(load_config(directory))
+        entries = (await daemon.audit.page(AuditQuery(task="report", action="change"))).items
+    logs = json_logs.getvalue()
+    synced = [line for line in logs.splitlines() if '"tasks_synced"' in line]
+    told = {"plan": planned[0].output, "plan --json": planned[1].output, "log": synced[-1]}
+    told["audit"] = json.dumps([entry.detail for entry in entries])
+    for where, text in told.items():
+        assert "url" in text and "***" in text, (where, text)
+        assert "ops:***@svc.example" in text and "api_key=***" in text, (where, text)
+    assert "token=***" in told["plan --json"] and "token=***" in told["audit"]
+    for secret in (password, key, token):
+        for where, text in {**told, "every log line": logs}.items():
+            assert secret not in text, (where, secret)

@@ -6,13 +6,13 @@ from __future__ import annotations
 from urllib.parse import unquote
 
 from ecron.config.model import Config
-from ecron.config.secrets import database_password
+from ecron.config.secrets import database_password, url_secrets
 
 
 def config_secrets(config: Config) -> list[str | None]:
     """Every configured value that must never show in a log line: the API token, the
-    secrets, the database password, and every header value (of tasks, steps and
-    webhooks)."""
+    secrets, the database password, every header value (of tasks, steps and webhooks), and
+    the passwords and secret query values (``?api_key=``) of the tasks' URLs."""
     daemon = config.daemon
     password = database_password(daemon.database)
     values: list[str | None] = [daemon.api_token, daemon.secret, password]
@@ -28,6 +28,8 @@ def config_secrets(config: Config) -> list[str | None]:
         for number in numbers:
             call = spec.call(number)
             values += [call.secret, *call.headers.values()]
+            for url in (call.url, call.poll_url, call.cancel_url, call.batch_poll_url):
+                values += url_secrets(url)  # a password, or ?api_key=...
         if spec.notify is not None:
             hooks += spec.notify.webhooks
     for hook in hooks:

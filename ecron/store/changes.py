@@ -19,6 +19,7 @@ from yarl import URL
 
 from ecron.config.messages import join
 from ecron.config.model import spec_digest
+from ecron.config.secrets import without_url_secrets
 
 if TYPE_CHECKING:
     from ecron.config import TaskSpec
@@ -242,7 +243,20 @@ def field_changes(old: Any, new: Any, path: str = "") -> list[FieldChange]:
         length = max(len(old), len(new))
         pairs = ((_at(old, n), _at(new, n)) for n in range(length))
         return [c for n, (a, b) in enumerate(pairs) for c in field_changes(a, b, join(path, n))]
-    return [] if old == new else [FieldChange(path, old, new)]
+    return [] if old == new else [FieldChange(path, shown(old), shown(new))]
+
+
+def shown(value: Any) -> Any:
+    """A JSON value as a change shows it (``ecron plan``, the ``tasks_synced`` line, the
+    audit log): each URL's password and secret query values (``?api_key=``) written
+    ``***``, wherever they are in it."""
+    if isinstance(value, str):
+        return without_url_secrets(value)
+    if isinstance(value, dict):
+        return {key: shown(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [shown(item) for item in value]
+    return value
 
 
 def _hidden(data: Mapping[str, Any]) -> Iterator[tuple[str | int, ...]]:
