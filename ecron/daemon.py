@@ -24,7 +24,7 @@ from ecron.api.context import ApiContext
 from ecron.audit import AuditLog
 from ecron.clock import START_READINGS, Clock
 from ecron.config.hidden import config_secrets
-from ecron.config.model import Config, TaskSpec
+from ecron.config.model import Config, TaskSpec, digest_key
 from ecron.config.queue import QueueSettings
 from ecron.config.rules import PoolSpec
 from ecron.errors import ConfigError, ListenError
@@ -118,6 +118,7 @@ class Daemon:
         self._loops: list[asyncio.Task[None]] = []
         self._started = False
         self.port: int | None = None
+        self._digest_key = b""
 
     @property
     def callback_secret(self) -> str:
@@ -167,11 +168,15 @@ class Daemon:
         if before != after:
             log.info("database_migrated", before=before, after=after)
         await self.leases.align_clock(readings=START_READINGS)
-        await self._sync_tasks(self.clock.now())
-        await self.patrol.overdue.refresh()
         secret = self.settings.secret or await self.store.shared_secret(secrets.token_hex(32))
         self.caller.callback_secret = secret
         hide([secret])
+        #: The key of the specs' digests (``spec_hash``): from the secret, never stored.
+        self._digest_key = digest_key(secret)
+        for spec in self.specs.values():
+            spec.keyed(self._digest_key)
+        await self._sync_tasks(self.clock.now())
+        await self.patrol.overdue.refresh()
         await self.leases.register()
         await self._serve_api()
         group = await self._stack.enter_async_context(asyncio.TaskGroup())
@@ -263,6 +268,8 @@ class Daemon:
         Whether a token is asked for at all changes only at a restart: a reload that would
         remove every token (or add the first) keeps the callers as they were, and says so."""
         hide(config_secrets(config))
+        for spec in config.tasks.values():
+            spec.keyed(self._digest_key)
         try:
             self.callers.replace(config.daemon.callers)
         except ValueError:

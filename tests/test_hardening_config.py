@@ -1,12 +1,14 @@
 """What the config lets in or gives away (issue 34): a URL's password and secret query
-values shown nowhere a change of it is told (N4), tokens long enough not to be guessed
+values shown nowhere a change of it is told (N4), a task row's digest keyed so that a copy
+of the database confirms no guess of a secret (N5), tokens long enough not to be guessed
 and examples that ship none (N6), tokens-file changes taken by SIGHUP, revocation included
 (N7), a tokens file others may write (N8), a caller written as a bare token (N9).
-``ecron validate`` as a user runs it, and a real node."""
+``ecron validate`` as a user runs it, and real nodes."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import json
 import re
@@ -15,12 +17,17 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
+import sqlalchemy as sa
 from click.testing import CliRunner
+from structlog.testing import capture_logs
 
 from ecron.cli import cli, plan  # noqa: F401  (registers the command)
-from ecron.config import load_config
+from ecron.config import Config, load_config
+from ecron.config.model import TaskSpec, digest_key, spec_digest
 from ecron.core.audit import AuditQuery
 from ecron.daemon import Daemon
+from ecron.store.tables import task_table
 from tests.support.cluster import (
     Node,
     clean_up,
@@ -30,6 +37,7 @@ from tests.support.cluster import (
     task_yaml,
     write_config,
 )
+from tests.support.daemon import DaemonFactory, task
 from tests.support.service import UserService, wait_for
 from tests.test_security_findings import validate
 
@@ -238,3 +246,42 @@ async def test_a_urls_password_and_secret_query_values_show_nowhere_a_change_is_
     for secret in (password, key, token):
         for where, text in {**told, "every log line": logs}.items():
             assert secret not in text, (where, secret)
+
+
+async def test_a_task_rows_spec_hash_is_keyed_with_the_daemons_secret_and_confirms_no_guess(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """The task row's `spec_hash` is an HMAC keyed from the daemon's secret, not a plain
+    SHA-256 of the spec: from a copy of the database, the digest of the spec with a
+    guessed header value (the right one included) matches nothing. A row of an older ecron
+    (a plain digest) is rewritten keyed at the next sync, and that is no change: no
+    `tasks_synced` change, no audit entry."""
+    header = {"Authorization": "Bearer the-right-guess-0123456789"}
+    spec = task("report", f"{user_service.url}/jobs/x", headers=header)
+    async with make_daemon([spec]) as daemon:
+        stored = await _spec_hash(daemon)
+        keyed = spec_digest(spec.dumped, digest_key(daemon.callback_secret))
+        plain = hashlib.sha256(orjson.dumps(spec.dumped, option=orjson.OPT_SORT_KEYS)).hexdigest()
+        async with daemon.store.engines.write() as conn:  # as an older ecron wrote it
+            await conn.execute(sa.update(task_table).values(spec_hash=plain))
+        with capture_logs() as logs:
+            again = task("report", f"{user_service.url}/jobs/x", headers=header)
+            await daemon.reload(_config(daemon, again))
+        rewritten = await _spec_hash(daemon)
+        changes = (await daemon.audit.page(AuditQuery(task="report", action="change"))).items
+    assert stored == keyed and stored != plain
+    assert rewritten == keyed
+    assert [line for line in logs if line["event"] == "tasks_synced"] == []
+    assert changes == []
+
+
+async def _spec_hash(daemon: Daemon) -> str:
+    async with daemon.store.engines.read() as conn:
+        query = sa.select(task_table.c.spec_hash).where(task_table.c.name == "report")
+        return str((await conn.execute(query)).scalar_one())
+
+
+def _config(daemon: Daemon, *specs: TaskSpec) -> Config:
+    return Config(
+        directory=daemon.config.directory, daemon=daemon.settings, tasks={s.name: s for s in specs}
+    )

@@ -17,6 +17,7 @@ from ecron.cli.daemon_cmds import config_option
 from ecron.cli.group import OneLineUsageError, cli
 from ecron.cli.outside import json_text, markup, plain
 from ecron.config import Config, load_config
+from ecron.config.model import digest_key
 from ecron.config.summary import problem_lines
 from ecron.errors import ConfigError, EcronError
 from ecron.planning import FirstFireTimes
@@ -85,11 +86,14 @@ def plan(ctx: click.Context, directory: str, as_json: bool, utc: bool) -> None:
 async def _plan(config: Config, now: datetime) -> tuple[TaskSetChange, bool]:
     """The change, and whether the database holds no ecron schema yet."""
     try:
-        stored = await peek_tasks(config.daemon.database)
+        stored, secret = await peek_tasks(config.daemon.database, config.daemon.secret)
     except Exception as exc:
         if isinstance(exc, EcronError):
             raise
         raise EcronError(f"database: cannot be read: {exc}") from exc
+    if secret is not None:  # the rows' digests are keyed with it, as the daemon keys them
+        for spec in config.tasks.values():
+            spec.keyed(digest_key(secret))
     change = task_set_change(stored or {}, config.tasks, FirstFireTimes(now))
     return change, stored is None
 

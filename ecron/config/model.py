@@ -7,6 +7,7 @@ freely, rename none. Defaults are documented in ``docs/configuration.md``.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import re
 from datetime import datetime, timedelta
@@ -18,6 +19,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -224,13 +226,24 @@ class StepSpec(_Strict):
     _durations = field_validator(*_POSITIVE_CALL_DURATIONS)(check_positive)
 
 
-def spec_digest(dumped: dict[str, Any]) -> str:
-    """The digest of a task spec as JSON values (``TaskSpec.dumped``)."""
+def spec_digest(dumped: dict[str, Any], key: bytes = b"") -> str:
+    """The digest of a task spec as JSON values (``TaskSpec.dumped``): an HMAC-SHA256 keyed
+    with ``key`` (``digest_key``), so that a copy of the database, which stores it, cannot
+    confirm a guess of a header value or secret offline; a plain SHA-256 without a key (a
+    row written before keys, which a sync rewrites)."""
     try:
         text = orjson.dumps(dumped, option=orjson.OPT_SORT_KEYS)
     except TypeError:  # a body orjson cannot write (an integer beyond 64 bits)
         text = json.dumps(dumped, sort_keys=True).encode()
-    return hashlib.sha256(text).hexdigest()
+    if not key:
+        return hashlib.sha256(text).hexdigest()
+    return hmac.new(key, text, hashlib.sha256).hexdigest()
+
+
+def digest_key(secret: str) -> bytes:
+    """The key of the specs' digests, from the daemon's secret (the callback secret, set or
+    generated): its own key, derived, not the secret itself."""
+    return hmac.new(secret.encode(), b"ecron task spec digest", hashlib.sha256).digest()
 
 
 class TaskSpec(_Strict):
@@ -340,9 +353,29 @@ class TaskSpec(_Strict):
         """The whole spec as JSON values (secrets included): do not change it."""
         return self.model_dump(mode="json")
 
+    #: The key of ``digest`` (``keyed``); none until the daemon knows its secret.
+    _digest_key: bytes = PrivateAttr(default=b"")
+
+    def keyed(self, key: bytes) -> TaskSpec:
+        """This spec, its ``digest`` keyed with ``key`` (``digest_key``) from now on."""
+        self._digest_key = key
+        self.__dict__.pop("digest", None)
+        return self
+
     @cached_property
     def digest(self) -> str:
-        """The whole spec's digest (secrets included): its task row keeps it, to see a change."""
+        """The whole spec's digest (secrets included, keyed): its task row keeps it, to see a
+        change."""
+        return spec_digest(self.dumped, self._digest_key)
+
+    def digest_of(self, dumped: dict[str, Any]) -> str:
+        """The digest of another spec as JSON values, with this one's key."""
+        return spec_digest(dumped, self._digest_key)
+
+    @cached_property
+    def plain_digest(self) -> str:
+        """The digest a task row kept before digests were keyed (a plain SHA-256): a row
+        that has it holds this spec, and a sync rewrites it keyed."""
         return spec_digest(self.dumped)
 
     @cached_property

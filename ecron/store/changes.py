@@ -178,7 +178,7 @@ def task_set_change(
     next_fire: dict[str, tuple[datetime | None, datetime | None]] = {}
     for name in sorted(specs):
         spec, row = specs[name], stored.get(name)
-        if row is not None and row.spec_hash == spec.digest and not row.retired:
+        if row is not None and same_spec(row.spec_hash, spec) and not row.retired:
             continue
         next_fire[name] = (
             (None if row is None else row.next_fire_at),
@@ -194,6 +194,12 @@ def task_set_change(
     for name in retired:
         next_fire[name] = (stored[name].next_fire_at, None)
     return TaskSetChange(tuple(added), changed, tuple(retired), tuple(revived), next_fire)
+
+
+def same_spec(spec_hash: str, spec: TaskSpec) -> bool:
+    """Whether a row of digest ``spec_hash`` holds ``spec``: its keyed digest, or the plain
+    one of a row written before digests were keyed (the sync rewrites it, as no change)."""
+    return spec_hash == spec.digest or spec_hash == spec.plain_digest
 
 
 def next_fire_after(row: StoredTask | None, spec: TaskSpec, firsts: FirstFires) -> datetime | None:
@@ -224,7 +230,7 @@ def spec_changes(stored: Mapping[str, Any], spec: TaskSpec, digest: str) -> list
     unredacted = copy.deepcopy(dict(stored))
     for keys in hidden:
         _put(unredacted, keys, _get(spec.dumped, keys))
-    if spec_digest(unredacted) == digest:
+    if digest in (spec.digest_of(unredacted), spec_digest(unredacted)):  # keyed, or older
         return found
     name = _path(hidden[0]) if len(hidden) == 1 else SECRETS
     return [*found, FieldChange(name, REDACTED, REDACTED)]

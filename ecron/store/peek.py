@@ -14,26 +14,39 @@ from ecron.store.changes import StoredTask
 from ecron.store.engine import Engines
 from ecron.store.migrate import HEAD
 from ecron.store.sql import SqlStore
+from ecron.store.tables import setting_table
+
+#: The key of the generated secret in the ``setting`` table.
+SECRET_KEY = "callback_secret"  # noqa: S105  (a row's name, not a secret)
 
 
-async def peek_tasks(url: str) -> dict[str, StoredTask] | None:
+async def peek_tasks(
+    url: str, secret: str | None = None
+) -> tuple[dict[str, StoredTask] | None, str | None]:
     """Every task row of the database at ``url``, retired ones too; None when it holds no
     ecron schema yet (a SQLite file that does not exist, a database never migrated), where
     loading a config adds every task. Raises ``StoreError`` when the schema is at another
     revision than this ecron's: older, a sync would migrate it first (``ecron db upgrade``),
-    which may change the rows compared; newer, this ecron cannot read it."""
+    which may change the rows compared; newer, this ecron cannot read it.
+
+    Also the daemon's secret, which keys the rows' digests: ``secret`` (the configured
+    one), else the one the first node generated and stored; None when there is none yet."""
     engines = Engines(url, pool_size=1, read_only=True)
     try:
         path = engines.dialect.path
         if path is not None and not path.exists():
-            return None
+            return None, secret
         async with engines.read() as conn:
             revision = await conn.run_sync(_revision)
         if revision is None:
-            return None
+            return None, secret
         if revision != HEAD:
             raise StoreError(_other_revision(url, revision))
-        return await SqlStore(engines).stored_tasks()
+        if secret is None:
+            query = sa.select(setting_table.c.value).where(setting_table.c.key == SECRET_KEY)
+            async with engines.read() as conn:
+                secret = (await conn.execute(query)).scalar()
+        return await SqlStore(engines).stored_tasks(), secret
     finally:
         await engines.dispose()
 

@@ -36,6 +36,7 @@ class TaskOperations:
         now = firsts.now
         async with self.engines.write() as conn:
             rows = {row["name"]: row for row in (await conn.execute(_SUMMARY)).mappings()}
+            await _rekey(conn, rows, specs)
             # the specs of rows that may have changed, read to compare them field by field
             unlike = [name for name, row in rows.items() if _unlike(row, specs.get(name))]
             found = {row["name"]: row for row in await _whole_rows(conn, unlike)}
@@ -287,12 +288,43 @@ async def _whole_rows(conn: AsyncConnection, names: Collection[str]) -> list[Row
     return list((await conn.execute(query)).mappings())
 
 
-def _unlike(row: RowMapping, spec: TaskSpec | None) -> bool:
+def _unlike(row: Any, spec: TaskSpec | None) -> bool:
     """Whether a task row may differ from its loaded ``spec`` (None: no longer loaded)."""
     return spec is not None and (row["spec_hash"] != spec.digest or row["retired"])
 
 
-def _stored(row: RowMapping) -> StoredTask:
+async def _rekey(
+    conn: AsyncConnection, rows: dict[str, Any], specs: Mapping[str, TaskSpec]
+) -> None:
+    """Rows that hold their loaded spec under its plain digest (written before digests were
+    keyed) get its keyed digest, as no change: ``rows`` (by name) is updated to match."""
+    rekeyed = {
+        name: specs[name].digest
+        for name, row in rows.items()
+        if name in specs
+        and row["spec_hash"] != specs[name].digest
+        and row["spec_hash"] == specs[name].plain_digest
+    }
+    if not rekeyed:
+        return
+    update = (
+        sa.update(task_table)
+        .where(
+            task_table.c.name == sa.bindparam("b_name"),
+            task_table.c.spec_hash == sa.bindparam("b_old"),
+        )
+        .values(spec_hash=sa.bindparam("b_new"))
+    )
+    values = [
+        {"b_name": name, "b_old": rows[name]["spec_hash"], "b_new": new}
+        for name, new in rekeyed.items()
+    ]
+    await conn.execute(update, values)
+    for name, new in rekeyed.items():
+        rows[name] = {**rows[name], "spec_hash": new}
+
+
+def _stored(row: Any) -> StoredTask:
     """A task row as ``task_set_change`` compares it (its spec only when it was read)."""
     return StoredTask(
         name=row["name"],
