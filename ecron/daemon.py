@@ -23,8 +23,9 @@ from ecron.api.callers import Callers
 from ecron.api.context import ApiContext
 from ecron.audit import AuditLog
 from ecron.clock import START_READINGS, Clock
+from ecron.config.digests import digest_key
 from ecron.config.hidden import config_secrets
-from ecron.config.model import Config, TaskSpec, digest_key
+from ecron.config.model import Config, TaskSpec
 from ecron.config.queue import QueueSettings
 from ecron.config.rules import PoolSpec
 from ecron.errors import ConfigError, ListenError

@@ -24,7 +24,8 @@ from structlog.testing import capture_logs
 
 from ecron.cli import cli, plan  # noqa: F401  (registers the command)
 from ecron.config import Config, load_config
-from ecron.config.model import TaskSpec, digest_key, spec_digest
+from ecron.config.digests import digest_key, spec_digest
+from ecron.config.model import TaskSpec
 from ecron.core.audit import AuditQuery
 from ecron.daemon import Daemon
 from ecron.store.tables import task_table

@@ -17,7 +17,7 @@ from ecron.cli.daemon_cmds import config_option
 from ecron.cli.group import OneLineUsageError, cli
 from ecron.cli.outside import json_text, markup, plain
 from ecron.config import Config, load_config
-from ecron.config.model import digest_key
+from ecron.config.digests import digest_key
 from ecron.config.summary import problem_lines
 from ecron.errors import ConfigError, EcronError
 from ecron.planning import FirstFireTimes

@@ -6,15 +6,11 @@ freely, rename none. Defaults are documented in ``docs/configuration.md``.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
 import re
 from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any, Literal, get_args
 
-import orjson
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -35,6 +31,8 @@ from ecron.config.callers import (
     check_optional_token,
     parse_callers,
 )
+from ecron.config.checks import check_positive, check_url, known_zone
+from ecron.config.digests import spec_digest
 from ecron.config.dst import DstSettings, dst_policy
 from ecron.config.headers import Headers
 from ecron.config.queue import QueueSettings
@@ -49,7 +47,7 @@ from ecron.config.rules import (
 from ecron.config.secrets import without_password
 from ecron.durations import Duration
 from ecron.errors import ScheduleError
-from ecron.schedules import Schedule, on_key, parse_schedule, zone
+from ecron.schedules import Schedule, on_key, parse_schedule
 
 TASK_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]*")
 #: Keys a step may set for itself; every other one it inherits from its task.
@@ -69,29 +67,6 @@ CALL_KEYS = (
     "secret",
     "trigger_retry",
 )
-
-
-def check_url(value: str | None) -> str | None:
-    """An http(s) URL with a host, or None."""
-    if value is not None and not re.match(r"https?://[^/\s]+", value):
-        raise ValueError(f"{value!r} is not an http(s) URL")
-    return value
-
-
-def known_zone(value: str) -> str:
-    """An IANA time zone this machine knows (``Asia/Shanghai``, ``UTC``)."""
-    try:
-        zone(value)
-    except ScheduleError as exc:
-        raise ValueError(str(exc)) from None
-    return value
-
-
-def check_positive(value: timedelta | None) -> timedelta | None:
-    """A duration longer than zero, or None."""
-    if value is not None and value <= timedelta(0):
-        raise ValueError("must be longer than zero")
-    return value
 
 
 #: How reports reach ecron: polled (callbacks also accepted), or only pushed, by callback
@@ -224,26 +199,6 @@ class StepSpec(_Strict):
 
     _url = field_validator("url", "batch_poll_url")(check_url)
     _durations = field_validator(*_POSITIVE_CALL_DURATIONS)(check_positive)
-
-
-def spec_digest(dumped: dict[str, Any], key: bytes = b"") -> str:
-    """The digest of a task spec as JSON values (``TaskSpec.dumped``): an HMAC-SHA256 keyed
-    with ``key`` (``digest_key``), so that a copy of the database, which stores it, cannot
-    confirm a guess of a header value or secret offline; a plain SHA-256 without a key (a
-    row written before keys, which a sync rewrites)."""
-    try:
-        text = orjson.dumps(dumped, option=orjson.OPT_SORT_KEYS)
-    except TypeError:  # a body orjson cannot write (an integer beyond 64 bits)
-        text = json.dumps(dumped, sort_keys=True).encode()
-    if not key:
-        return hashlib.sha256(text).hexdigest()
-    return hmac.new(key, text, hashlib.sha256).hexdigest()
-
-
-def digest_key(secret: str) -> bytes:
-    """The key of the specs' digests, from the daemon's secret (the callback secret, set or
-    generated): its own key, derived, not the secret itself."""
-    return hmac.new(secret.encode(), b"ecron task spec digest", hashlib.sha256).digest()
 
 
 class TaskSpec(_Strict):

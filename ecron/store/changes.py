@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from yarl import URL
 
+from ecron.config.digests import spec_digest
 from ecron.config.messages import join
-from ecron.config.model import spec_digest
 from ecron.config.secrets import without_url_secrets
 
 if TYPE_CHECKING:

@@ -46,7 +46,9 @@ const AUDIT_COLUMNS = [
   a => [a.action, () => h("span", {class: "action"}, a.action)],
   a => [[a.target, a.detail], () => [h("code", {}, a.target), changedFields(a.detail)]],
   a => [a.status, () => textOf(a.status)],
-  a => [a.remote, () => textOf(a.remote)],
+  // refusals of one address counted into one entry: how many it stands for
+  a => [[a.remote, a.count], () => a.count > 1
+    ? `${textOf(a.remote)} (${a.count} requests)` : textOf(a.remote)],
 ];
 
 function fillForm(filters) {
