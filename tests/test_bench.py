@@ -79,7 +79,10 @@ def test_triggers_fires_every_expected_time_once_and_persists_each_execution() -
 
 def test_burst_triggers_every_task_of_the_fire_time_once() -> None:
     """50 tasks on one cron fire time: all 50 are triggered once by ecron (ready before the
-    fire time) and by APScheduler, and ecron persisted each execution."""
+    fire time) and by APScheduler, and ecron persisted each execution.
+    It may take up to 50 s on a loaded machine, over the 30 s of the suite's rule: the
+    fire time is set 8 s ahead for ecron and 2 s for APScheduler, each in a process of
+    its own started from nothing, as the benchmark runs them."""
     figures = run_bench(
         "burst", "--tasks", "50", "--lead", "8", "--baseline-lead", "2", "--timeout", "30"
     )
@@ -136,7 +139,9 @@ def test_polls_can_still_seed_rows_into_the_database_for_the_daemon_to_adopt() -
 def test_runs_creates_each_run_once_and_measures_both_phases_and_the_fires() -> None:
     """300 runs through the API in each phase: each answered 202 with its own execution and
     triggered once; the fire phase's 40 fire times all triggered; the ceiling phase's reads
-    all answered, and /readyz's body and the saturation metrics recorded."""
+    all answered, and /readyz's body and the saturation metrics recorded.
+    It takes 40 to 55 s, over the 30 s of the suite's rule: three daemons run the
+    benchmark's three phases, the ceiling phase for up to 20 s of real load."""
     figures = run_bench(
         "runs",
         *("--runs", "300", "--edge", "50", "--settle", "0.5"),

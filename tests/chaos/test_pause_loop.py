@@ -36,7 +36,10 @@ async def test_two_sqlite_processes_on_one_file_paused_past_their_leases_send_no
 ) -> None:
     """Two nodes on one SQLite file; one of them, drawn at random, is paused 4 times for 1 to
     3 lease_ttl and woken: the other takes its work over meanwhile, every crash-loop check
-    holds, and the woken node sends no call about an execution it no longer holds."""
+    holds, and the woken node sends no call about an execution it no longer holds.
+    It takes 25 to 40 s, over the 30 s of the suite's rule: 4 pauses of 1 to 3 lease_ttl,
+    with the window of fire times around them, are that much real time of real
+    processes (a paused process cannot be given a faster clock)."""
     await _paused(f"sqlite+aiosqlite:///{tmp_path / 'ecron.db'}", tmp_path, 2, "SQLite")
 
 
@@ -46,7 +49,9 @@ async def test_two_postgresql_nodes_paused_past_their_leases_send_nothing_for_wh
 ) -> None:
     """Two nodes on one PostgreSQL, one drawn at random paused 4 times for 1 to 3 lease_ttl
     and woken: every crash-loop check holds, and no woken node sends a call about an
-    execution it no longer holds."""
+    execution it no longer holds.
+    It takes 25 to 50 s, over the 30 s of the suite's rule: 4 pauses of 1 to 3 lease_ttl
+    of real processes are that much real time."""
     await _paused(postgres_url, tmp_path, 2, "PostgreSQL, 2 nodes")
 
 
@@ -56,5 +61,7 @@ async def test_three_postgresql_nodes_paused_past_their_leases_send_nothing_for_
 ) -> None:
     """Three nodes on one PostgreSQL, one drawn at random paused 4 times for 1 to 3
     lease_ttl and woken: every crash-loop check holds, and no woken node sends a call about
-    an execution it no longer holds."""
+    an execution it no longer holds.
+    It takes 25 to 35 s, over the 30 s of the suite's rule: 4 pauses of 1 to 3 lease_ttl
+    of real processes are that much real time."""
     await _paused(postgres_url, tmp_path, 3, "PostgreSQL, 3 nodes")

@@ -57,7 +57,9 @@ async def test_a_node_on_a_slow_then_stalled_database_lets_go_of_what_it_cannot_
     was cancelled before the deadline its trigger carried (a trigger that node1 recorded
     through the slow proxy leaves that much later, and one sent again after a takeover
     keeps the first's deadline: the job is given less than its timeout), node1 said it let
-    its leases go (``leases_expired_unrenewed``), and both nodes stop cleanly."""
+    its leases go (``leases_expired_unrenewed``), and both nodes stop cleanly.
+    It may take up to 35 s on a loaded machine, over the 30 s of the suite's rule: the
+    four stretches of the proxy are 16 s of real time, with the window around them."""
     seed = chaos_seed()
     async with proxied_database(postgres_url) as (proxy, slow_url):
         print(f"\nnode1 through the latency proxy on port {proxy.port}; seed {seed}")
