@@ -85,8 +85,9 @@ def test_the_use_it_section_runs_as_pasted_in_a_directory_of_its_own(tmp_path: P
     progress bar, once watched by its id), shows it by a prefix of the id, checks the
     service and stops both: no command is missing, no line fails, both runs end SUCCESS,
     and the clone's ``config/`` (and this repository's) is left as it was.
-    It takes 30 to 40 s, over the 30 s of the suite's rule: it makes the virtualenv and
-    installs ecron as the section says, as a newcomer would."""
+    It takes 30 to 40 s, over the 30 s of the suite's rule: every command of the section
+    runs as a newcomer's would, each a process started from nothing (the service, the
+    daemon, plan, two runs of the task to their end, check-service)."""
     section = use_it()
     daemon_port, service_port = free_port(), free_port()
 
