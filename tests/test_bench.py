@@ -141,7 +141,7 @@ def test_runs_creates_each_run_once_and_measures_both_phases_and_the_fires() -> 
         "runs",
         *("--runs", "300", "--edge", "50", "--settle", "0.5"),
         *("--fire-tasks", "20", "--fire-duration", "2", "--fire-warmup", "1", "--fire-drain", "1"),
-        *("--duration", "20", "--hold", "2"),
+        *("--duration", "20", "--hold", "2", "--ceiling-runs", "300", "--poll-interval", "1"),
     )
     idle, ceiling, fires = (
         figures["ecron"]["idle"],
