@@ -24,9 +24,8 @@ picks some of ``poll,fire,run`` (all by default, in that order).
   after the daemon is ready: ecron's CPU over the triggers the service received in it, µs
   per fire; the lag p99 and the fire times missed, by bench.triggers's analysis (triggers
   arriving up to ``--drain`` seconds late still count). Baseline: in-memory APScheduler
-  (``bench/baseline_scheduler.py``) with the fire tasks alone, measured the same way at each
-  size: it has no way to hold tasks at rest, so its figure is the same work every time and
-  its growth is how much the machine drifted between sizes.
+  (``bench/baseline_scheduler.py``) with the same fire tasks and N jobs at rest (a
+  ``CronTrigger`` on 1 January), measured the same way at each size.
 - ``run``: one manual task polled hourly (``poll_interval: 1h``: no poll falls in the run);
   N runs made through the API as fast as the clients go and held (setup, not measured), then
   runs asked at ``--run-rate`` (100) a second for the window, each request leaving at its
@@ -252,7 +251,7 @@ async def measure_fire(
     args: Any, service: Service, size: int, scratch: Path
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """ecron with ``size`` tasks at rest and ``--fire-tasks`` firing every second, then
-    APScheduler with the fire tasks alone; (ecron's, the baseline's)."""
+    APScheduler with the same tasks; (ecron's, the baseline's)."""
     mine = await fire_ecron(args, service, size, scratch)
     return mine, await fire_baseline(args, service, size, scratch)
 
@@ -287,10 +286,11 @@ async def fire_ecron(args: Any, service: Service, size: int, scratch: Path) -> d
 
 
 async def fire_baseline(args: Any, service: Service, size: int, scratch: Path) -> dict[str, Any]:
-    """In-memory APScheduler with the fire tasks alone (no tasks at rest: it has none)."""
+    """In-memory APScheduler with the fire tasks and ``size`` jobs at rest."""
     label = f"baseline-{size}"
     command = [sys.executable, "-m", "bench.baseline_scheduler", "every"]
     command += ["--tasks", str(args.fire_tasks), "--url", f"{service.url}/jobs/{label}"]
+    command += ["--at-rest", str(size)]
     child = Child.start(f"apscheduler-{size}", command, SUBJECT_CORE, scratch, {})
     try:
         await child.wait_line("ready", args.ready_timeout)
@@ -299,7 +299,7 @@ async def fire_baseline(args: Any, service: Service, size: int, scratch: Path) -
     finally:
         await child.stop()
     figures = await fire_figures(args, service, label, used, (start, end))
-    figures.update(at_rest=0, fire_tasks=args.fire_tasks, rss_mib=round(rss / 2**20, 1))
+    figures.update(at_rest=size, fire_tasks=args.fire_tasks, rss_mib=round(rss / 2**20, 1))
     return figures
 
 
