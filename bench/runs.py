@@ -20,8 +20,9 @@ script's clients (``--client-core``), so that core 0 is ecron's alone.
   fires/s (triggers that arrived in the window) and ecron's CPU per fire. ``ratio`` is
   idle runs/s over fires/s (target ≥ 0.5) and CPU per run over CPU per fire (≤ 2).
 - ``ceiling``: the same tasks, but the jobs last ``--job-seconds`` (600) and are polled
-  every second (``poll_interval: 1s``), so that past a few thousand in flight the node has
-  more polls due than it can send. The clients ask for runs until ``--runs`` were created
+  every ``--poll-interval`` (100 ms), so that past a few hundred in flight the node has
+  more polls due than it can send. The clients ask for runs until ``--ceiling-runs``
+  (3,000) were created
   or ``--duration`` (180 s) passed, while a reader asks ``GET /api/v1/tasks`` in a loop
   (``--read-pause`` between two); then ``--hold`` (15 s) with the reader only. Figures:
   p50/p99/max of the run requests and of the reads (targets: p99 ≤ 250 ms both), runs
@@ -73,8 +74,9 @@ PHASES = ("idle", "fires", "ceiling")
 #: The metrics read at the end of the ceiling phase: every line whose name holds one of these.
 METRIC_WORDS = ("saturat", "poll_lag")
 IN_FLIGHT = "ecron_executions_in_flight"
-#: The ceiling phase's ``poll_interval``, seconds.
-POLL_INTERVAL_S = 1.0
+#: The ceiling phase's ``poll_interval``, seconds, unless ``--poll-interval`` says: issue 31
+#: reads the node past its ceiling with 3,000 in flight polled every 100 ms.
+POLL_INTERVAL_S = 0.1
 
 
 def manual_tasks(url: str, count: int, poll_interval: str, timeout: str) -> str:
@@ -313,7 +315,8 @@ class Reader:
 
 async def run_ceiling(args: Any, service: Service, url: str, scratch: Path) -> dict[str, Any]:
     label = "ceiling"
-    poll = f"{POLL_INTERVAL_S:g}s"
+    interval = args.poll_interval
+    poll = f"{interval:g}s"
     yaml = manual_tasks(f"{service.url}/jobs/{label}", args.tasks, poll, "1h")
     config = write_config(scratch / "config-ceiling", yaml)
     daemon = Daemon.start(config, url, scratch, "ecron-ceiling")
@@ -327,7 +330,8 @@ async def run_ceiling(args: Any, service: Service, url: str, scratch: Path) -> d
         started = time.monotonic()
         reading = asyncio.create_task(reader.run())
         until = started + args.duration
-        asked = await ask_runs(daemon.api, task_names(args.tasks), args.runs, args.clients, until)
+        names = task_names(args.tasks)
+        asked = await ask_runs(daemon.api, names, args.ceiling_runs, args.clients, until)
         created_at = time.monotonic()
         polls_created = (await service.get("/_stats/runs"))["polls_total"]
         await asyncio.sleep(args.hold)
@@ -337,7 +341,7 @@ async def run_ceiling(args: Any, service: Service, url: str, scratch: Path) -> d
         daemon.child.check_alive()
         # Every run's trigger has arrived by now, but on a machine far slower than asked for.
         await wait_triggers(service, label, runs_figures(asked)["runs_created"], 30)
-        stats = await service.get(f"/_stats/runs?interval={POLL_INTERVAL_S}")
+        stats = await service.get(f"/_stats/runs?interval={interval}")
         seconds = ended - started
         used = meters.used()
         profile = await recorder.stop() if recorder else None
@@ -363,7 +367,7 @@ async def run_ceiling(args: Any, service: Service, url: str, scratch: Path) -> d
     hold_polls_per_s = round(hold_polls / hold_s, 1) if hold_s > 0 else 0.0
     # Each execution's interval if the polls the node sends were shared evenly (never
     # shorter than asked): the largest gap is read against it (none starved).
-    even = max(POLL_INTERVAL_S, stats["running"] / hold_polls_per_s) if hold_polls_per_s else None
+    even = max(interval, stats["running"] / hold_polls_per_s) if hold_polls_per_s else None
     figures: dict[str, Any] = {
         **created,
         "creating_s": round(created_at - started, 2),
@@ -378,8 +382,8 @@ async def run_ceiling(args: Any, service: Service, url: str, scratch: Path) -> d
         "service_running_end": stats["running"],
         "polls_per_s": round(polls / seconds, 1),
         "polls_per_s_hold": hold_polls_per_s,
-        "poll_demand_per_s": round(stats["running"] / POLL_INTERVAL_S, 1),
-        "past_the_ceiling": hold_polls_per_s < 0.9 * stats["running"] / POLL_INTERVAL_S,
+        "poll_demand_per_s": round(stats["running"] / interval, 1),
+        "past_the_ceiling": hold_polls_per_s < 0.9 * stats["running"] / interval,
         "trigger_duplicates": stats["duplicates"],
         "triggered": stats["triggered"],
         "never_polled": stats["never_polled"],
@@ -561,8 +565,9 @@ def report_ceiling(args: Any, f: dict[str, Any]) -> None:
         ("RSS at the end, MiB", f["rss_mib"], None),
     ]
     title = (
-        f"runs, ceiling: up to {args.runs} runs or {args.duration}s, jobs of "
-        f"{args.job_seconds:g}s polled every 1s, {args.clients} clients + 1 reader, {args.database}"
+        f"runs, ceiling: up to {args.ceiling_runs} runs or {args.duration}s, jobs of "
+        f"{args.job_seconds:g}s polled every {args.poll_interval:g}s, "
+        f"{args.clients} clients + 1 reader, {args.database}"
     )
     table(title, rows, ("value", ""))
     print(f"  /readyz at the end: {f['readyz']['status']} {f['readyz']['body']}")
@@ -585,6 +590,10 @@ def main(argv: list[str] | None = None) -> None:
     options.add_argument("--fire-drain", type=float, default=3.0, help="fires: late ones, s")
     options.add_argument("--duration", type=float, default=180.0, help="ceiling: at most, s")
     options.add_argument("--hold", type=float, default=15.0, help="ceiling: reads after, s")
+    options.add_argument("--ceiling-runs", type=int, default=3000, help="ceiling: runs made")
+    options.add_argument(
+        "--poll-interval", type=float, default=POLL_INTERVAL_S, help="ceiling: poll_interval, s"
+    )
     options.add_argument("--job-seconds", type=float, default=600.0, help="ceiling: a job, s")
     options.add_argument("--read-pause", type=float, default=0.1, help="between two reads, s")
     options.add_argument(

@@ -219,6 +219,7 @@ class Daemon:
             answered=self.engine.executor.pace.answered,
             audit=self.audit,
             callers=self.callers,
+            held=self.engine.held,
         )
         # aiohttp's keep-alive timer runs from the connection's start (and from each answer)
         # and is not put off by bytes that make no whole request: it closes an idle

@@ -169,11 +169,13 @@ async def test_a_progress_that_is_not_a_number_is_ignored_with_a_warning(
 async def test_progress_outside_0_to_100_is_clamped_and_long_messages_are_cut(
     make_daemon: DaemonFactory, user_service: UserService
 ) -> None:
-    """progress 250 is stored as 100 while RUNNING; a 5,000-character message keeps 1,000."""
+    """progress 250 is stored as 100 while RUNNING; a 5,000-character message keeps 1,000.
+    (Every poll says so: a change of progress alone is written once it settled, as the
+    latest report says it.)"""
     user_service.duration = 60
-    user_service.script["GET"] = [
-        reply(200, {"status": "RUNNING", "progress": 250, "message": "m" * 5000})
-    ]
+    user_service.script["GET"] = times(
+        1000, reply(200, {"status": "RUNNING", "progress": 250, "message": "m" * 5000})
+    )
     async with make_daemon(job(user_service)) as daemon:
         eid = await run_once(daemon, "job")
 

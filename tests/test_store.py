@@ -718,3 +718,33 @@ async def test_history_retention_reads_the_oldest_ends_not_every_final_execution
             plan = [row[-1] for row in rows]
     assert any("ix_execution_finished" in line for line in plan), plan
     assert not any("ix_execution_status_eid" in line for line in plan), plan
+
+
+async def test_changes_of_progress_alone_settle_into_one_write_and_another_change_takes_them_along(
+    store: SqlStore,
+) -> None:
+    """A writer that lets progress settle: five progress reports of one execution are held
+    (a durable write of another execution goes alone meanwhile); its end takes them along
+    in the same write (the row holds the end, one row written for all six changes); drain
+    writes whatever still settles."""
+    created = await store.create_execution(execution(status=Status.RUNNING))
+    other = await store.create_execution(execution("b", status=Status.RUNNING))
+    assert created is not None and other is not None
+    writer = StateWriter(store, linger=timedelta(milliseconds=1), settle=timedelta(hours=1))
+    current = created
+    for progress in (10.0, 20.0, 30.0, 40.0, 50.0):
+        nxt = later(current, progress=progress)
+        writer.save_soon(current, nxt, settle=True)
+        current = nxt
+    moved = await writer.save(other, later(other, message="going"))
+    assert moved is not None and writer.writes == 1  # the other's alone
+    assert (await store.get_execution(created.eid)) == created  # the progress still settles
+    ended = later(current, status=Status.SUCCESS, progress=100.0, finished_at=T0)
+    stored = await writer.save(current, ended)
+    assert stored is not None and writer.writes == 2  # the five changes and the end: one row
+    reread = await store.get_execution(created.eid)
+    assert reread is not None and (reread.status, reread.progress) == (Status.SUCCESS, 100.0)
+    writer.save_soon(moved, later(moved, progress=5.0), settle=True)
+    assert await writer.drain(5)
+    again = await store.get_execution(other.eid)
+    assert again is not None and again.progress == 5.0

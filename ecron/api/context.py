@@ -16,6 +16,7 @@ from ecron.audit import AuditLog
 from ecron.clock import Clock
 from ecron.commands import Commands
 from ecron.config.model import DaemonSettings
+from ecron.core import Execution
 from ecron.metrics import Metrics
 from ecron.store.base import Store
 
@@ -43,6 +44,9 @@ class ApiContext:
     audit: AuditLog
     #: Who may call, by token (a reload replaces them).
     callers: Callers
+    #: What this node holds, each in its newest state: a change of progress alone reaches
+    #: the database within ``PROGRESS_SETTLE``, and a snapshot shows it before it does.
+    held: Mapping[str, Execution]
     #: Further readiness checks (the queue's, when required): each says what is wrong, or
     #: None.
     readiness: tuple[Callable[[], str | None], ...] = ()

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import NamedTuple
 
 import structlog
@@ -67,6 +67,10 @@ class Change(NamedTuple):
 
 #: How many times a lost compare-and-set is retried on fresh state before giving up.
 RECORD_ATTEMPTS = 5
+#: A change of progress alone is written within this much: the reports of one execution
+#: in between become one write (SQLite writes a row in about 15 µs of CPU, most of a
+#: poll's own cost past the HTTP call: bench.polls, docs/performance.md).
+PROGRESS_SETTLE = timedelta(seconds=2)
 
 
 class Recorder:
@@ -86,7 +90,10 @@ class Recorder:
         self.store = store
         #: Groups the writes (its lost write-behind changes come back to this recorder).
         self.writer = StateWriter(
-            store, on_lost=self._lost_behind, concurrency=store.write_concurrency
+            store,
+            on_lost=self._lost_behind,
+            concurrency=store.write_concurrency,
+            settle=PROGRESS_SETTLE,
         )
         self.held = held
         self.calls = calls
@@ -126,7 +133,7 @@ class Recorder:
             inserted: Sequence[Execution] | None = None
             lease = self.held.lease
             if as_owner and not _must_wait(transition, event):
-                self.writer.save_soon(before, after, lease)
+                self.writer.save_soon(before, after, lease, settle=_progress_only(transition))
                 stored: Execution | None = after
             else:
                 if transition.finished:
@@ -320,6 +327,17 @@ def _unowned(fresh: Execution | None) -> Ownership:
     if fresh is None:
         return Ownership.LOST
     return Ownership.ENDED if fresh.is_final else Ownership.MINE
+
+
+def _progress_only(transition: Transition) -> bool:
+    """True for a change of progress alone (its message, when the report came): nothing
+    else of the execution or its steps moved."""
+    before, after = transition.before, transition.after
+    if before.status is not after.status or before.reason is not after.reason:
+        return False
+    if before.probe_failures != after.probe_failures or before.waiting_for != after.waiting_for:
+        return False
+    return all(old.status is new.status for old, new in zip(before.steps, after.steps, strict=True))
 
 
 def _must_wait(transition: Transition, event: Event) -> bool:

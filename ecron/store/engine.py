@@ -24,6 +24,10 @@ from ecron.store.lock import locks_for
 
 #: How long a SQLite connection waits for another writer before giving up.
 SQLITE_BUSY_TIMEOUT_MS = 10_000
+#: SQLite's page cache per connection (an upper bound: pages are kept as they are used).
+SQLITE_CACHE_KIB = 65_536
+#: WAL pages written between two automatic checkpoints (SQLite's default is 1,000).
+SQLITE_CHECKPOINT_PAGES = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +205,12 @@ def _sqlite_engine(url: str, *, immediate: bool, busy_ms: int) -> AsyncEngine:
         cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
+        # A node rewrites the rows of everything in flight every few seconds (progress): a
+        # page cache that holds them, and a checkpoint every 40 MiB of WAL instead of 4 MiB
+        # (a hot page is copied to the database file once per checkpoint, not once per
+        # write), cut SQLite's CPU per row written from about 21 µs to 15 (docs/performance.md)
+        cursor.execute(f"PRAGMA cache_size=-{SQLITE_CACHE_KIB}")
+        cursor.execute(f"PRAGMA wal_autocheckpoint={SQLITE_CHECKPOINT_PAGES}")
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")

@@ -10,7 +10,11 @@ Two kinds of write come in:
 - ``save_soon`` (write-behind): progress and other changes that alter nothing the rules
   act on. The caller goes on at once; the change lingers up to ``linger`` so that one
   transaction carries many, and several changes of one execution before a flush become
-  one write. A change whose compare fails is reported to ``on_lost``.
+  one write. A change whose compare fails is reported to ``on_lost``. A change of progress
+  alone (``settle=True``) may wait up to ``settle``: the next reports of the same execution
+  within that time become the same write (a node polling 10,000 jobs every second writes
+  each at most every ``settle``, not at every poll); any other change of that execution
+  takes it along at once.
 
 A write is only ever sent on top of a state the database confirmed: one that builds on a
 write still in flight waits for it, and fails without being sent when that one failed.
@@ -24,6 +28,7 @@ SQLite has one writer, so one).
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -51,6 +56,8 @@ class _Write:
     inserts: list[Execution] = field(default_factory=list)
     #: The node's lease the write was made under (None: not fenced by one).
     lease: Lease | None = None
+    #: When a settling write (progress alone) is due (the loop's time).
+    due: float = 0.0
 
 
 class StateWriter:
@@ -64,14 +71,20 @@ class StateWriter:
         linger: timedelta = timedelta(milliseconds=50),
         on_lost: Lost | None = None,
         concurrency: int = 1,
+        settle: timedelta = timedelta(0),
     ) -> None:
         self.store = store
         self.max_batch = max_batch
         self.concurrency = max(1, concurrency)
         self.linger = linger.total_seconds()
+        self.settle = settle.total_seconds()
         self.on_lost = on_lost
         #: Writes waiting for the next transaction, by eid (one per execution).
         self._pending: dict[str, _Write] = {}
+        #: Changes of progress alone waiting up to ``settle`` for the next ones, by eid, in
+        #: the order they fall due (an OrderedDict: taking its first entry again and again
+        #: costs what a plain dict's costs only once).
+        self._settling: OrderedDict[str, _Write] = OrderedDict()
         #: Writes that build on one still pending or in flight: they go in a later round.
         self._later: list[_Write] = []
         #: Versions written by the transactions in flight, and the states (version and fence)
@@ -106,17 +119,54 @@ class StateWriter:
         # Not shielded: a caller cancelled meanwhile cancels its wait, not the write.
         return await done
 
-    def save_soon(self, before: Execution, after: Execution, lease: Lease | None = None) -> None:
-        """Write ``after`` over ``before`` within ``linger``; the caller does not wait."""
-        self._add(_Write(before, after, lease=lease))
+    def save_soon(
+        self,
+        before: Execution,
+        after: Execution,
+        lease: Lease | None = None,
+        *,
+        settle: bool = False,
+    ) -> None:
+        """Write ``after`` over ``before`` within ``linger`` (``settle``: a change of progress
+        alone, within ``settle``); the caller does not wait."""
+        write = _Write(before, after, lease=lease)
+        if settle and self.settle > 0 and self._settles(write):
+            return
+        self._add(write)
 
     @property
     def backlog(self) -> int:
         """Writes not yet in a transaction."""
-        return len(self._pending) + len(self._later)
+        return len(self._pending) + len(self._settling) + len(self._later)
+
+    def _settles(self, write: _Write) -> bool:
+        """Keep ``write`` settling (merged into the settling write of its execution, if it
+        builds on it); False when it must go the usual way."""
+        eid = write.before.eid
+        if eid in self._pending or eid in self._in_flight:
+            return False
+        if self._later and any(w.before.eid == eid for w in self._later):
+            return False
+        settling = self._settling.get(eid)
+        if settling is None:
+            write.due = asyncio.get_running_loop().time() + self.settle
+            self._settling[eid] = write
+        elif _builds_on(write, settling):
+            settling.after = write.after
+        else:
+            return False
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._run(), name="ecron-state-writer")
+        return True
 
     def _add(self, write: _Write) -> None:
         eid = write.before.eid
+        settling = self._settling.pop(eid, None)
+        if settling is not None:  # another change takes the settling one along, at once
+            if _builds_on(write, settling):
+                write.before = settling.before
+            else:
+                self._pending[eid] = settling
         pending = self._pending.get(eid)
         if pending is not None and _builds_on(write, pending):
             pending.after = write.after  # builds on the pending write: one write for both
@@ -131,16 +181,17 @@ class StateWriter:
             self._flusher = asyncio.create_task(self._run(), name="ecron-state-writer")
 
     async def _run(self) -> None:
-        while self._pending or self._later or self._flights:
+        while self._pending or self._later or self._flights or self._settling:
             full = len(self._flights) >= self.concurrency
             if self._flights and (full or not (self._pending or self._later)):
                 await self._next_move()  # a transaction ends, or a write comes
                 continue
             if not self._urgent.is_set() and len(self._pending) < self.max_batch:
                 with suppress(TimeoutError):
-                    async with asyncio.timeout(self.linger):  # no task made, unlike wait_for
+                    async with asyncio.timeout(self._wait()):  # no task made, unlike wait_for
                         await self._urgent.wait()
             self._urgent.clear()
+            self._settled()
             batch = self._take()
             if not batch:  # what is left builds on a write in flight, or on nothing
                 await (self._next_move() if self._flights else asyncio.sleep(0))
@@ -148,6 +199,27 @@ class StateWriter:
             flight = asyncio.create_task(self._flush(batch), name="ecron-state-write")
             self._flights.add(flight)
             flight.add_done_callback(self._flight_ended)
+
+    def _wait(self) -> float:
+        """How long the flusher may wait for more writes: ``linger``, or until the first
+        settling write is due when nothing else waits."""
+        if self._pending or self._later or not self._settling:
+            return self.linger
+        first = next(iter(self._settling.values()))
+        return max(self.linger, first.due - asyncio.get_running_loop().time())
+
+    def _settled(self, everything: bool = False) -> None:
+        """Move the settling writes that are due (``everything``: all) to the next
+        transaction."""
+        now = asyncio.get_running_loop().time()
+        settling = self._settling
+        while settling:
+            eid, write = settling.popitem(last=False)
+            if write.due > now and not everything:
+                settling[eid] = write
+                settling.move_to_end(eid, last=False)
+                return
+            self._add(write)
 
     def _go_now(self) -> None:
         """A write waits to go in the next transaction at once (durable, or freed by one
@@ -258,6 +330,7 @@ class StateWriter:
     async def drain(self, timeout: float | None = None) -> bool:
         """Wait until every write asked for so far is done (at most ``timeout`` seconds);
         True when nothing is left."""
+        self._settled(everything=True)
         self._go_now()
         if self._flusher is not None and not self._flusher.done():
             await asyncio.wait({self._flusher}, timeout=timeout)

@@ -31,6 +31,7 @@ def api_context(daemon: Daemon) -> ApiContext:
         answered=daemon.engine.executor.pace.answered,
         audit=daemon.audit,
         callers=daemon.callers,
+        held=daemon.engine.held,
     )
 
 
