@@ -286,3 +286,41 @@ def _config(daemon: Daemon, *specs: TaskSpec) -> Config:
     return Config(
         directory=daemon.config.directory, daemon=daemon.settings, tasks={s.name: s for s in specs}
     )
+
+
+async def test_plan_keys_the_digests_as_the_node_does_and_an_older_database_shows_no_change(
+    tmp_path: Path,
+) -> None:
+    """A node wrote the task rows, their digests keyed from the secret it generated and
+    stored, or from the configured `secret`: `ecron plan` of the same files keys its own
+    as the node does and says no change (unkeyed, it read the task's header as changed).
+    On a database an older ecron wrote (plain SHA-256 digests), neither `ecron plan` nor a
+    node's start sees a change, and the start rewrites the rows keyed."""
+    header = "{Authorization: 'Bearer the-services-token-0123456789'}"
+    tasks = "tasks:\n" + task_yaml(
+        "report", "http://127.0.0.1:9/jobs/x", schedule="'0 0 1 1 *'", headers=header
+    )
+    configured = "secret: the-configured-secret-0123456789abcdef\n"
+    for case, secret in (("generated", ""), ("configured", configured)):
+        database = f"sqlite+aiosqlite:///{tmp_path / case}.db"
+        directory = write_config(
+            tmp_path / case, f"database: '{database}'\nlisten: 127.0.0.1:0\n{secret}", tasks
+        )
+        async with Daemon(load_config(directory)) as daemon:
+            keyed = await _spec_hash(daemon)
+        result = await asyncio.to_thread(CliRunner().invoke, cli, ["plan", "-c", str(directory)])
+        assert (result.exit_code, result.stdout) == (0, NO_CHANGE), (case, result.output)
+    async with Daemon(load_config(directory)) as daemon:  # as an older ecron wrote it
+        plain = daemon.specs["report"].plain_digest
+        async with daemon.store.engines.write() as conn:
+            await conn.execute(sa.update(task_table).values(spec_hash=plain))
+    result = await asyncio.to_thread(CliRunner().invoke, cli, ["plan", "-c", str(directory)])
+    assert (result.exit_code, result.stdout) == (0, NO_CHANGE), result.output
+    with capture_logs() as logs:
+        async with Daemon(load_config(directory)) as daemon:
+            rewritten = await _spec_hash(daemon)
+    assert [line for line in logs if line["event"] == "tasks_synced"] == []
+    assert rewritten == keyed != plain
+
+
+NO_CHANGE = "No change: 0 to add, 0 to change, 0 to retire\n"
