@@ -21,6 +21,7 @@ from ecron.config.model import TaskSpec
 from ecron.core import Execution, Reported, Status, apply, is_stalled, parse_report
 from ecron.core.status import Channel
 from ecron.daemon import Daemon
+from ecron.executor import recorder
 from ecron.planning import FirstFireTimes
 from ecron.stalled import Stalled
 from ecron.store.sql import SqlStore
@@ -218,10 +219,15 @@ async def test_a_moving_job_never_raises_execution_stalled(
     make_daemon: DaemonFactory,
     user_service: UserService,
     alerts: Alerts,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """progress_within 1m, a job whose progress moves a little at each poll (5 s apart):
     over 24 patrol rounds (two minutes), no execution_stalled, and its snapshot says
-    stalled false."""
+    stalled false. Each round's progress is written before the patrol reads it: the writer
+    lets a change of progress settle for ``PROGRESS_SETTLE`` of real time (2 s, against a
+    ``progress_within`` of minutes), which on this clock's two minutes in a few seconds
+    would be 24 rounds of waiting, so it settles for none here."""
+    monkeypatch.setattr(recorder, "PROGRESS_SETTLE", timedelta(0))
     clock = FakeClock(T0)
     user_service.behaviour = Answering(n / 10 for n in itertools.count(1))
     spec: TaskSpec = task("moving", f"{user_service.url}/jobs/m", expect={"progress_within": "1m"})
