@@ -4,8 +4,10 @@ tests import (task specs, the factory's type, servers) is in ``tests/support/``.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
+import shutil
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -40,22 +42,30 @@ def postgres_server() -> PostgresServer:
     return server
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file migrated once per worker, which each test's database is a copy of (as
+    PostgreSQL's are copies of a template): migrating costs about 0.2 s a test."""
+    path = tmp_path_factory.mktemp("template") / "ecron.db"
+
+    async def migrate() -> None:
+        engines = Engines(f"sqlite+aiosqlite:///{path}")
+        try:
+            await upgrade(engines)
+        finally:
+            await engines.dispose()
+
+    asyncio.run(migrate())
+    return path
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A fresh, migrated database: a SQLite file, or a PostgreSQL database."""
     if request.param == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path / 'ecron.db'}"
-        import asyncio
-
-        async def migrate() -> None:
-            engines = Engines(url)
-            try:
-                await upgrade(engines)
-            finally:
-                await engines.dispose()
-
-        asyncio.run(migrate())
-        yield url
+        template: Path = request.getfixturevalue("sqlite_template")
+        shutil.copyfile(template, tmp_path / "ecron.db")
+        yield f"sqlite+aiosqlite:///{tmp_path / 'ecron.db'}"
         return
     server: PostgresServer = request.getfixturevalue("postgres_server")
     url = server.new_database()
