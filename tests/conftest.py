@@ -32,14 +32,15 @@ from tests.support.service import UserService
 
 
 @pytest.fixture(scope="session")
-def postgres_server() -> PostgresServer:
+def postgres_server() -> Iterator[PostgresServer]:
     """One PostgreSQL server for the whole session (skips locally, fails in CI, if none)."""
     server, why = start_server()
     if server is None:
         unavailable(why)
     assert server is not None
     server.prepare_template()
-    return server
+    yield server
+    server.close()
 
 
 @pytest.fixture(scope="session")
