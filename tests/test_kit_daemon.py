@@ -39,10 +39,10 @@ def database_url(tmp_path: Path) -> str:
     return f"sqlite+aiosqlite:///{tmp_path / 'ecron.db'}"
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+@pytest.fixture
 def either_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """SQLite, or a fresh PostgreSQL database (dropped at the end): for the back-pressure
-    test, which runs on both."""
+    """SQLite, or a fresh PostgreSQL database (dropped at the end), as the test's
+    parameter says: for the back-pressure test, which runs on both."""
     if request.param == "sqlite":
         yield f"sqlite+aiosqlite:///{tmp_path / 'either.db'}"
         return
@@ -225,7 +225,15 @@ async def test_a_repeated_trigger_starts_nothing(
     assert len(service.events_of(eid, "start")) == 1
 
 
-@pytest.mark.parametrize("adapter", ADAPTERS)
+@pytest.mark.parametrize(
+    ("adapter", "either_database"),
+    [
+        ("asgi", "sqlite"),
+        pytest.param("wsgi", "postgresql", marks=pytest.mark.postgres),
+        ("aiohttp", "sqlite"),
+    ],
+    indirect=["either_database"],
+)  # each adapter's 429 once, and ecron's holding back on both databases
 async def test_ten_runs_past_max_running_are_held_back_by_ecron_and_all_end_success(
     adapter: str,
     either_database: str,
