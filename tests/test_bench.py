@@ -62,14 +62,14 @@ def test_the_bench_venv_is_made_again_when_pyproject_changes(tmp_path: Path) -> 
 
 
 def test_triggers_fires_every_expected_time_once_and_persists_each_execution() -> None:
-    """20 tasks every second for 2 s: each of the 40 fire times in the window is triggered
+    """20 tasks every second for 1 s: each of the 20 fire times in the window is triggered
     once, by ecron and by APScheduler, and ecron has a SUCCESS row for each of them."""
     figures = run_bench(
-        "triggers", "--tasks", "20", "--duration", "2", "--warmup", "1", "--drain", "1.5"
+        "triggers", "--tasks", "20", "--duration", "1", "--warmup", "0.5", "--drain", "1.5"
     )
     for side in ("ecron", "baseline"):
         run = figures[side]
-        assert run["expected"] == 40
+        assert run["expected"] == 20
         assert run["triggered"] == run["expected"], run
         assert run["duplicates"] == 0, run
         assert run["lag_ms_p99"] is not None
@@ -102,7 +102,7 @@ def test_polls_polls_every_execution_and_persists_progress() -> None:
     stores the progress the service reported, and the ratios to the plain poller are
     printed. In the batch run the same 50 are polled through the batch endpoint: every
     execution polled, its progress stored, with fewer HTTP requests than executions polled."""
-    figures = run_bench("polls", "--executions", "50", "--duration", "2", "--settle", "0.5")
+    figures = run_bench("polls", "--executions", "50", "--duration", "1", "--settle", "0.5")
     assert figures["params"]["seed"] == "api"
     for side in ("ecron", "baseline", "ecron_batch"):
         run = figures[side]
@@ -138,15 +138,15 @@ def test_polls_can_still_seed_rows_into_the_database_for_the_daemon_to_adopt() -
 
 def test_runs_creates_each_run_once_and_measures_both_phases_and_the_fires() -> None:
     """300 runs through the API in each phase: each answered 202 with its own execution and
-    triggered once; the fire phase's 40 fire times all triggered; the ceiling phase's reads
+    triggered once; the fire phase's 20 fire times all triggered; the ceiling phase's reads
     all answered, and /readyz's body and the saturation metrics recorded.
     It takes 40 to 55 s, over the 30 s of the suite's rule: three daemons run the
     benchmark's three phases, the ceiling phase for up to 20 s of real load."""
     figures = run_bench(
         "runs",
         *("--runs", "300", "--edge", "50", "--settle", "0.5"),
-        *("--fire-tasks", "20", "--fire-duration", "2", "--fire-warmup", "1", "--fire-drain", "1"),
-        *("--duration", "20", "--hold", "2", "--ceiling-runs", "300", "--poll-interval", "1"),
+        *("--fire-tasks", "20", "--fire-duration", "1", "--fire-warmup", "1", "--fire-drain", "1"),
+        *("--duration", "20", "--hold", "1", "--ceiling-runs", "300", "--poll-interval", "1"),
     )
     idle, ceiling, fires = (
         figures["ecron"]["idle"],
@@ -161,7 +161,7 @@ def test_runs_creates_each_run_once_and_measures_both_phases_and_the_fires() -> 
     assert idle["in_flight_end"] == 300, idle
     for key in ("runs_per_s", "runs_per_s_first", "runs_per_s_last", "cpu_us_per_run"):
         assert idle[key] is not None, (key, idle)
-    assert fires["expected"] == fires["triggered"] == 40 and fires["duplicates"] == 0, fires
+    assert fires["expected"] == fires["triggered"] == 20 and fires["duplicates"] == 0, fires
     assert fires["cpu_us_per_fire"] is not None, fires
     assert ceiling["triggered"] == ceiling["service_running_end"] == 300, ceiling
     assert ceiling["reads"] > 0 and ceiling["reads_unanswered"] == 0, ceiling
@@ -219,31 +219,31 @@ def test_overload_ramps_the_due_work_and_measures_the_api_memory_and_recovery() 
 
 
 def test_pools_runs_the_same_load_in_pools_and_without_and_triggers_every_fire_time_once() -> None:
-    """20 tasks every second for 2 s, in 4 pools of max_running 5, and the same without
-    pools: each of the 40 fire times in the window is triggered once in both runs, every
+    """20 tasks every second for 1 s, in 4 pools of max_running 5, and the same without
+    pools: each of the 20 fire times in the window is triggered once in both runs, every
     execution is persisted, and the ratio of CPU per fire is reported."""
     figures = run_bench(
         "pools", "--tasks", "20", "--pools", "4", "--max-running", "5",
-        "--duration", "2", "--warmup", "1", "--drain", "1.5",
+        "--duration", "1", "--warmup", "0.5", "--drain", "1.5",
     )  # fmt: skip
     for side in ("ecron", "baseline"):
         run = figures[side]
-        assert run["triggered"] == run["expected"] == 40, run
+        assert run["triggered"] == run["expected"] == 20, run
         assert run["duplicates"] == 0, run
         assert run["rows_success"] >= run["triggered"], run
     assert figures["ratio"]["cpu_per_fire"] is not None
 
 
 def test_soak_samples_the_daemon_from_outside_and_does_every_kind_of_work(tmp_path: Path) -> None:
-    """A 15-second soak at a small load (5 tasks every second, 20 long jobs of about 5 s,
-    2 callback tasks every second), a sample every 3 s: each sample is a line of the
+    """A 9-second soak at a small load (5 tasks every second, 20 long jobs of about 4 s,
+    2 callback tasks every second), a sample every 1.8 s: each sample is a line of the
     samples file with the daemon's RSS, file descriptors and connections and the health
     latency; fires, polls, callbacks, API reads and the keeper's manual runs were all done,
     and nothing failed."""
     samples = tmp_path / "soak.jsonl"
     figures = run_bench(
-        "soak", "--minutes", "0.25", "--interval", "3", "--samples", str(samples),
-        "--fire-tasks", "5", "--long-jobs", "20", "--job-seconds", "5",
+        "soak", "--minutes", "0.15", "--interval", "1.8", "--samples", str(samples),
+        "--fire-tasks", "5", "--long-jobs", "20", "--job-seconds", "4",
         "--callback-tasks", "2", "--callback-every", "1s",
     )  # fmt: skip
     soak = figures["ecron"]
