@@ -297,7 +297,10 @@ def test_growth_fires_and_runs_at_a_fixed_rate_beside_tasks_and_runs_held() -> N
     """bench.growth's fire and run measurements: 10 tasks every second fire each fire time
     of the window once beside 20, then 60, tasks at rest (on APScheduler too); then,
     with 20 and 60 runs held, 20 runs asked in the window are each answered 202 and
-    triggered, and the CPU per run is set beside the CPU per fire at the same size."""
+    triggered, and the CPU per run is set beside the CPU per fire at the same size.
+    It takes 25 to 40 s, over the 30 s of the suite's rule on a loaded machine: six
+    processes started from nothing one after another (ecron and APScheduler at each size
+    for the fires, ecron at each size for the runs), each waited for until it is ready."""
     figures = run_bench("growth", *GROWTH, "--measurements", "fire,run")
     assert set(figures["growth"]) == {"fire", "run"} and figures["baseline"]["poll"] is None
     assert_growth(figures, "fire", "cpu_us_per_fire")
