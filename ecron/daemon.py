@@ -369,26 +369,74 @@ def settle_memory() -> None:
 
 
 async def run_until_signalled(config: Config, reload: Callable[[], Config] | None = None) -> None:
-    """Run a daemon until SIGTERM or SIGINT; SIGHUP calls ``reload`` for a new config."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    async with Daemon(config) as daemon:
-        settle_memory()
+    """Run a daemon until SIGTERM or SIGINT; SIGHUP calls ``reload`` for a new config.
+
+    The signals are handled from before the daemon starts, not from after: one that came
+    between the API's first answer and the handlers (a SIGHUP right after /readyz said
+    ready) took its default action and ended the process on the spot. SIGTERM or SIGINT
+    while the daemon starts ends the start (what it opened is closed) and returns; a
+    SIGHUP then reloads once the daemon is up."""
+    signals = _Signals(asyncio.get_running_loop(), reload)
+    try:
+        async with Daemon(config) as daemon:
+            signals.up(daemon)
+            settle_memory()
+            await signals.stop.wait()
+            log.info("daemon_stopping", node=daemon.node_id)
+            if signals.reloads:  # a reload under way finishes before the parts stop
+                await asyncio.gather(*signals.reloads, return_exceptions=True)
+    except asyncio.CancelledError:
+        if not signals.cancelled_start():
+            raise
+        log.info("daemon_stopped_while_starting")
+
+
+class _Signals:
+    """SIGTERM and SIGINT (stop), and SIGHUP (reload, when ``reload`` is given), handled
+    by the running loop from the moment this is made."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, reload: Callable[[], Config] | None):
+        self.stop = asyncio.Event()
+        #: Reloads under way: kept until done, and awaited at stop.
+        self.reloads: set[asyncio.Task[None]] = set()
+        self._load = reload
+        self._daemon: Daemon | None = None
+        self._starting = asyncio.current_task()
+        self._reload_asked = False
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        reloads: set[asyncio.Task[None]] = set()  # kept until done, and awaited at stop
+            loop.add_signal_handler(sig, self._on_stop)
         if reload is not None:
+            loop.add_signal_handler(signal.SIGHUP, self._on_sighup)
 
-            def on_sighup() -> None:
-                task = asyncio.create_task(_reload(daemon, reload), name="ecron-reload")
-                reloads.add(task)
-                task.add_done_callback(reloads.discard)
+    def up(self, daemon: Daemon) -> None:
+        """The daemon has started: stops wait for it now, and a SIGHUP that came while it
+        started is acted on."""
+        self._daemon = daemon
+        if self._reload_asked:
+            self._on_sighup()
 
-            loop.add_signal_handler(signal.SIGHUP, on_sighup)
-        await stop.wait()
-        log.info("daemon_stopping", node=daemon.node_id)
-        if reloads:  # a reload under way finishes before the parts stop
-            await asyncio.gather(*reloads, return_exceptions=True)
+    def cancelled_start(self) -> bool:
+        """Whether the start was cancelled by a stop signal (not by anything else)."""
+        if self._daemon is not None or not self.stop.is_set() or self._starting is None:
+            return False
+        self._starting.uncancel()
+        return True
+
+    def _on_stop(self) -> None:
+        if self.stop.is_set():
+            return
+        self.stop.set()
+        if self._daemon is None and self._starting is not None:
+            self._starting.cancel()  # the start ends, and closes what it opened
+
+    def _on_sighup(self) -> None:
+        if self._daemon is None or self._load is None:
+            self._reload_asked = True
+            return
+        self._reload_asked = False
+        task = asyncio.create_task(_reload(self._daemon, self._load), name="ecron-reload")
+        self.reloads.add(task)
+        task.add_done_callback(self.reloads.discard)
 
 
 async def _reload(daemon: Daemon, load: Callable[[], Config]) -> None:
