@@ -11,7 +11,11 @@ hook on another after it is built (STYLE.md rule 14), and sizes.
 from __future__ import annotations
 
 import ast
+import logging
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "ecron"
 
@@ -48,6 +52,21 @@ def oversized(root: Path) -> list[str]:
                 if length > FUNCTION_LINES:
                     found.append(f"{name}.{node.name}: {length} lines")
     return found
+
+
+@pytest.fixture(autouse=True)
+def loggers_left_on() -> Iterator[None]:
+    """import-linter configures logging as a program of its own, which turns off every
+    logger that already exists (``aiohttp.client`` among them): a later test of this
+    worker that reads what a library logged found nothing. They are turned on again."""
+    on = [
+        logger
+        for logger in logging.root.manager.loggerDict.values()
+        if isinstance(logger, logging.Logger) and not logger.disabled
+    ]
+    yield
+    for logger in on:
+        logger.disabled = False
 
 
 # --- the rules, on ecron ------------------------------------------------------------------
