@@ -13,11 +13,11 @@ import pytest
 
 from ecron.core import Execution, Status, TriggerKind
 from ecron.store.sql import SqlStore
+from tests.chaos.launcher import start_warm_node
 from tests.support.cluster import (
     Node,
     clean_up,
     kill_node,
-    start_node,
     stop_node,
     task_yaml,
     wait_ready,
@@ -71,7 +71,7 @@ async def test_a_chain_runs_once_per_upstream_fire_time_across_a_nodes_sigkill(
     directory = write_config(tmp_path / "config", SETTINGS, tasks)
     running: list[Node] = []
     try:
-        running = [start_node(name, directory, postgres_url, tmp_path) for name in ("a", "b")]
+        running = [start_warm_node(name, directory, postgres_url, tmp_path) for name in ("a", "b")]
         await asyncio.gather(*(wait_ready(node) for node in running))
 
         async def chained(count: int) -> bool:

@@ -19,6 +19,7 @@ import pytest
 
 from ecron.clock import iso
 from ecron.core import ACTIVE
+from tests.chaos.launcher import start_warm_node
 from tests.support.cluster import (
     Node,
     Row,
@@ -29,7 +30,6 @@ from tests.support.cluster import (
     let_time_pass,
     request,
     run_now,
-    start_node,
     stop_node,
     task_yaml,
     wait_exit,
@@ -227,7 +227,9 @@ async def test_several_nodes_on_one_postgresql_never_double_a_fire_and_never_los
     directory = write_config(tmp_path / "config", "node_id: auto\ntick: 100ms\n" + JSON_LOG, tasks)
     running: list[Node] = []
     try:
-        running = [start_node(f"node{n}", directory, postgres_url, tmp_path) for n in range(nodes)]
+        running = [
+            start_warm_node(f"node{n}", directory, postgres_url, tmp_path) for n in range(nodes)
+        ]
         await asyncio.gather(*(wait_ready(node) for node in running))
         ready_at = datetime.now(UTC)
         node_ids = [await node_id(node) for node in running]
@@ -270,7 +272,7 @@ async def test_a_node_killed_while_its_executions_run_has_them_adopted_by_anothe
     directory = write_config(tmp_path / "config", settings, long_task(user_service.url))
     running: list[Node] = []
     try:
-        running = [start_node(name, directory, postgres_url, tmp_path) for name in ("a", "b")]
+        running = [start_warm_node(name, directory, postgres_url, tmp_path) for name in ("a", "b")]
         first, second = running
         await asyncio.gather(wait_ready(first), wait_ready(second))
         owner_a, owner_b = await node_id(first), await node_id(second)
@@ -304,13 +306,13 @@ async def test_a_lone_sqlite_node_killed_while_executions_run_adopts_them_when_i
     directory = write_config(tmp_path / "config", settings, long_task(user_service.url))
     running: list[Node] = []
     try:
-        running.append(start_node("before", directory, database, tmp_path))
+        running.append(start_warm_node("before", directory, database, tmp_path))
         await wait_ready(running[0])
         owner_before = await node_id(running[0])
         eids = await start_running(running[0], owner_before, 3)
         killed_at = time.monotonic()
         await kill_node(running[0])
-        running.append(start_node("after", directory, database, tmp_path))
+        running.append(start_warm_node("after", directory, database, tmp_path))
         again = running[1]
         await wait_ready(again)
         restarted = time.monotonic() - killed_at
@@ -440,7 +442,7 @@ async def test_a_killed_node_costs_its_own_claims_about_a_second_not_the_lease(
     running: list[Node] = []
     try:
         running = [
-            start_node(name, directory, postgres_url, tmp_path, ECRON_NODE_ID=name)
+            start_warm_node(name, directory, postgres_url, tmp_path, ECRON_NODE_ID=name)
             for name in ("a", "b")
         ]
         await asyncio.gather(*(wait_ready(node) for node in running))
@@ -510,7 +512,7 @@ async def test_sighup_reloads_the_task_files_adding_and_retiring_tasks(
     extra = directory / "tasks" / "extra.yaml"
     running: list[Node] = []
     try:
-        running.append(start_node("node", directory, database, tmp_path))
+        running.append(start_warm_node("node", directory, database, tmp_path))
         node = running[0]
         await wait_ready(node)
         assert await task_names(node) == {"first"}
@@ -551,7 +553,7 @@ async def test_sigterm_during_a_running_execution_hands_it_to_another_node_at_on
     directory = write_config(tmp_path / "config", settings, long_task(user_service.url))
     running: list[Node] = []
     try:
-        running = [start_node(name, directory, postgres_url, tmp_path) for name in ("a", "b")]
+        running = [start_warm_node(name, directory, postgres_url, tmp_path) for name in ("a", "b")]
         first, second = running
         await asyncio.gather(wait_ready(first), wait_ready(second))
         owner_a, owner_b = await node_id(first), await node_id(second)
@@ -595,7 +597,7 @@ async def test_retiring_a_task_by_sighup_while_it_runs_leaves_the_node_driving_i
     )
     running: list[Node] = []
     try:
-        running.append(start_node("node", directory, database, tmp_path))
+        running.append(start_warm_node("node", directory, database, tmp_path))
         node = running[0]
         await wait_ready(node)
         owner = await node_id(node)
@@ -662,7 +664,7 @@ async def test_fire_times_claimed_ahead_by_a_stopped_node_are_not_run_after_the_
     directory = write_config(tmp_path / "config", "tick: 100ms\n" + JSON_LOG, tasks)
     running: list[Node] = []
     try:
-        running.append(start_node("before", directory, database, tmp_path))
+        running.append(start_warm_node("before", directory, database, tmp_path))
         await wait_ready(running[0])
         await wait_for(lambda: ran_and_claimed_ahead(database), timeout=15, interval=0.1)
         first_code = await stop_node(running[0])
@@ -670,7 +672,7 @@ async def test_fire_times_claimed_ahead_by_a_stopped_node_are_not_run_after_the_
         if handed_back:  # down until the last of them is more than the grace late
             latest = max(r.scheduled_at for r in handed_back).timestamp()
             await let_time_pass(latest + GRACE + DOWN_MARGIN - time.time())
-        running.append(start_node("after", directory, database, tmp_path))
+        running.append(start_warm_node("after", directory, database, tmp_path))
         await wait_ready(running[1])
         restarted = datetime.now(UTC)
         await wait_for(lambda: fired_after(database, restarted), timeout=15, interval=0.1)

@@ -29,11 +29,11 @@ from ecron.config.model import TaskSpec
 from ecron.core.audit import AuditQuery
 from ecron.daemon import Daemon
 from ecron.store.tables import task_table
+from tests.chaos.launcher import start_warm_node
 from tests.support.cluster import (
     Node,
     clean_up,
     request,
-    start_node,
     stop_node,
     task_yaml,
     write_config,
@@ -165,7 +165,7 @@ async def test_sighup_applies_the_tokens_file_a_removed_token_is_refused_at_once
         return code
 
     try:
-        running.append(start_node("node", directory, database, tmp_path))
+        running.append(start_warm_node("node", directory, database, tmp_path))
         node = running[0]
         await wait_for(lambda: _answers(node), timeout=30)
         before = {name: await status(t) for name, t in (("ci", ci), ("grafana", grafana))}

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.chaos.launcher import start_warm_node
 from tests.support.cluster import (
     Node,
     clean_up,
     execution,
     kill_node,
     run_now,
-    start_node,
     stop_node,
     task_yaml,
     wait_ready,
@@ -74,7 +74,7 @@ async def test_two_nodes_sharing_a_pool_of_two_never_run_more_than_two_even_when
     directory = config(tmp_path / "config", user_service)
     nodes: list[Node] = []
     try:
-        nodes = [start_node(name, directory, postgres_url, tmp_path) for name in ("a", "b")]
+        nodes = [start_warm_node(name, directory, postgres_url, tmp_path) for name in ("a", "b")]
         a, b = nodes
         await asyncio.gather(wait_ready(a), wait_ready(b))
         first = await asyncio.gather(*(run_now(node, "job") for node in (a, b) * 3))

@@ -28,13 +28,13 @@ from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from ecron.store.tables import execution_table
+from tests.chaos.launcher import start_warm_node
 from tests.support.cluster import (
     Node,
     clean_up,
     execution,
     kill_node,
     run_now,
-    start_node,
     stop_node,
     task_yaml,
     wait_ready,
@@ -235,7 +235,7 @@ async def test_reports_pending_under_a_killed_sqlite_node_are_claimed_and_applie
     directory = config(tmp_path / "config", redis_server, user_service)
     nodes: list[Node] = []
     try:
-        a = start_node("a", directory, database, tmp_path, ECRON_NODE_ID="node-a")
+        a = start_warm_node("a", directory, database, tmp_path, ECRON_NODE_ID="node-a")
         nodes.append(a)
         await wait_ready(a)
         eids = await start_pushed(a, user_service)
@@ -244,7 +244,7 @@ async def test_reports_pending_under_a_killed_sqlite_node_are_claimed_and_applie
             held = {"node-a": REPORTS}
             await wait_for(lambda: held_exactly(client, held), timeout=10)
             await kill_node(a)
-        b = start_node("b", directory, database, tmp_path, ECRON_NODE_ID="node-b")
+        b = start_warm_node("b", directory, database, tmp_path, ECRON_NODE_ID="node-b")
         nodes.append(b)
         await wait_ready(b)
         finals = await wait_snapshots(b, eids, final, timeout=10)
@@ -286,7 +286,9 @@ async def test_reports_pending_under_a_killed_postgresql_node_are_claimed_by_the
     nodes: list[Node] = []
     try:
         for name in ("a", "b"):
-            nodes.append(start_node(name, directory, postgres_url, tmp_path, ECRON_NODE_ID=name))
+            nodes.append(
+                start_warm_node(name, directory, postgres_url, tmp_path, ECRON_NODE_ID=name)
+            )
         await asyncio.gather(*(wait_ready(node) for node in nodes))
         eids = await start_pushed(nodes[0], user_service)
         async with postgres_row_locks(postgres_url, eids):

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.chaos.launcher import start_warm_node
 from tests.support.cluster import (
     clean_up,
     execution,
     kill_node,
     request,
     run_now,
-    start_node,
     stop_node,
     wait_ready,
     write_config,
@@ -49,7 +49,7 @@ async def test_a_crash_during_step_2_leaves_step_2_interrupted_and_the_resume_co
     database = f"sqlite+aiosqlite:///{tmp_path / 'ecron.db'}"
     nodes = []
     try:
-        first = start_node("first", directory, database, tmp_path)
+        first = start_warm_node("first", directory, database, tmp_path)
         nodes.append(first)
         await wait_ready(first)
         user_service.durations["load"] = 3600  # step 2 runs until the crash
@@ -57,7 +57,7 @@ async def test_a_crash_during_step_2_leaves_step_2_interrupted_and_the_resume_co
         await wait_for(lambda: user_service.calls_for(f"{eid}.2", "GET"), timeout=15)
         await kill_node(first)
         user_service.jobs.pop(f"{eid}.2")  # the service restarted and forgot step 2
-        second = start_node("second", directory, database, tmp_path)
+        second = start_warm_node("second", directory, database, tmp_path)
         nodes.append(second)
         await wait_ready(second)
 

@@ -1,11 +1,14 @@
-"""``ecron run`` processes that start in well under a second, for the crash loops.
+"""``ecron run`` processes that start in well under a second, for the crash loops and every
+test of real nodes whose proof is not the start itself (``tests/test_cluster.py`` and the
+like; ``ecron run`` from a shell is the README's and ``tests/test_cli.py``'s).
 
 A plain ``python -m ecron run`` spends 2 to 4 seconds of a loaded 2-core machine importing
 ecron and its libraries before it does anything; a crash loop of 20 kills cannot wait for
-that each time. These nodes are forked from a multiprocessing *forkserver* that has
-imported ecron once: each child then runs ``ecron run -c DIR`` exactly as the console
-script does (the same ``ecron.cli.main``, the same arguments, environment and log file), so
-only the imports are saved. ``WarmProcess`` has the part of ``subprocess.Popen``'s surface
+that each time, and the suite's other node tests spent that on each of their starts.
+These nodes are forked from a multiprocessing *forkserver* that has imported ecron once:
+each child then runs ``ecron run -c DIR`` exactly as the console script does (the same
+``ecron.cli.main``, the same arguments, environment and log file), so only the imports
+are saved. ``WarmProcess`` has the part of ``subprocess.Popen``'s surface
 that ``tests.support.cluster`` uses, so its ``Node``, ``kill_node``, ``stop_node``,
 ``wait_ready`` and ``clean_up`` work on these nodes unchanged.
 """
