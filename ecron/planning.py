@@ -26,10 +26,10 @@ from ecron.core import (
     TriggerKind,
     TriggerSent,
     Waiting,
+    WaitingFor,
     apply,
     in_flight,
 )
-from ecron.core.machine import RETRY_AFTER
 from ecron.ids import new_eid, remote_id
 from ecron.schedules import Schedule, ScheduleKind, jitter_offset
 
@@ -304,7 +304,7 @@ def decide_start(
     held_back = gate.pool.paused_until if gate.pool is not None else gate.held_back_until
     if held_back is not None and now < held_back:
         why = f"the service asked for no trigger before {iso(held_back)} (Retry-After)"
-        return Wait(Waiting(RETRY_AFTER, why), held_back)
+        return Wait(Waiting(WaitingFor.RETRY_AFTER, why), held_back)
     if gate.pool is not None and (wait := room_in_pool(execution, gate.pool, now)) is not None:
         return wait
     return Begin(trigger_sent(execution, spec))

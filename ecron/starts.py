@@ -19,11 +19,10 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from ecron.capacity import POOL, Wait, in_line, waits_in_turn
+from ecron.capacity import Wait, in_line, waits_in_turn
 from ecron.clock import Clock
 from ecron.config.model import TaskSpec
-from ecron.core import Execution, Gate, Holder, Status, Transition, apply
-from ecron.core.machine import RETRY_AFTER
+from ecron.core import IN_LINE, Execution, Gate, Holder, Status, Transition, apply
 from ecron.core.plans import PoolGate
 from ecron.errors import Conflict, EcronError
 from ecron.executor.recorder import Change, Recorder
@@ -243,7 +242,7 @@ class Pools:
                 following = turn + timedelta(seconds=1 / pool.max_per_second)
                 pool = replace(pool, next_trigger_at=following)
                 self.paces[pool.name] = following
-        elif after.status is Status.SCHEDULED and after.waiting_for in (POOL, RETRY_AFTER):
+        elif after.status is Status.SCHEDULED and after.waiting_for in IN_LINE:
             pool = replace(pool, line=tuple(sorted((*line, place))))
         self._now[pool.name] = pool
 

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import pytest
 
-from ecron.capacity import CONCURRENCY, WAIT_RECHECK, Wait
+from ecron.capacity import WAIT_RECHECK, Wait
 from ecron.core import (
     Channel,
     Execution,
@@ -30,9 +30,9 @@ from ecron.core import (
     TriggerKind,
     TriggerSent,
     Waiting,
+    WaitingFor,
     apply,
 )
-from ecron.core.machine import RETRY_AFTER
 from ecron.core.next import (
     RETRY_AFTER_ERROR,
     START_RETRY,
@@ -100,7 +100,7 @@ SCHEDULED = execution(
 #: Just started by the start path: PENDING, its trigger recorded as leaving.
 STARTED = execution(status=Status.PENDING, triggered_at=NOW, last_report_at=None)
 #: Its trigger refused with Retry-After: 7 (nothing started there): sent again at not_before.
-HELD_BACK = STARTED.evolve(waiting_for=RETRY_AFTER, not_before=NOW + 7 * SECOND)
+HELD_BACK = STARTED.evolve(waiting_for=WaitingFor.RETRY_AFTER, not_before=NOW + 7 * SECOND)
 PAST_DEADLINE = execution(deadline=NOW - SECOND)
 CANCEL_SENT = execution(cancel_sent_at=NOW - 10 * SECOND)
 TWO_STEPS = (
@@ -549,7 +549,7 @@ def _kind(decision: object) -> str:
             assert older == (OTHER,)
             return "defer"
         case Wait(Waiting(what), until):
-            assert what == CONCURRENCY and until == NOW + WAIT_RECHECK, decision
+            assert what == WaitingFor.CONCURRENCY and until == NOW + WAIT_RECHECK, decision
             return "wait"
     raise AssertionError(decision)
 

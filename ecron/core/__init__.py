@@ -26,12 +26,14 @@ from ecron.core.status import (
     ACTIVE,
     FINAL,
     HELD,
+    IN_LINE,
     INTERRUPTED_REASONS,
     Channel,
     Reason,
     RemoteStatus,
     Status,
     TriggerKind,
+    WaitingFor,
 )
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "FINAL",
     "HELD",
     "INTERRUPTED_REASONS",
+    "IN_LINE",
     "RECENT_RUNS",
     "CancelSent",
     "Channel",
@@ -65,6 +68,7 @@ __all__ = [
     "TriggerKind",
     "TriggerSent",
     "Waiting",
+    "WaitingFor",
     "apply",
     "current_step",
     "deadline_passed",

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ecron.core.flight import Ownership, due_at, in_flight, ownership
-from ecron.core.machine import RETRY_AFTER, Transition, deadline_passed
+from ecron.core.machine import Transition, deadline_passed
 from ecron.core.model import Execution
-from ecron.core.status import Status
+from ecron.core.status import Status, WaitingFor
 
 #: When carrying an action out failed unexpectedly, it is tried again this much later.
 RETRY_AFTER_ERROR = timedelta(seconds=5)
@@ -243,7 +243,7 @@ def _follow(execution: Execution, now: datetime, cadence: Cadence, occasion: Occ
     adopted = isinstance(occasion, Taken) and occasion.adopted
     if call.status is Status.PENDING and not call.started:
         return Trigger(now)  # a step's: recording that it leaves comes first
-    if call.status is Status.PENDING and execution.waiting_for == RETRY_AFTER:
+    if call.status is Status.PENDING and execution.waiting_for is WaitingFor.RETRY_AFTER:
         # the service held its trigger back: sent again at the moment it asked for, unless
         # the deadline comes first (then it times out there, with no cancel: nothing started)
         at = _capped(max(execution.not_before or now, now), execution)

@@ -25,9 +25,10 @@ from ecron.core import (
     ProbeFailed,
     Status,
     Stopped,
+    WaitingFor,
     ownership,
 )
-from ecron.core.machine import RETRY_AFTER, HeldBack
+from ecron.core.machine import HeldBack
 from ecron.core.next import Occasion, Read, Recorded, Unanswered
 from ecron.executor.batch import batch_poll
 from ecron.executor.http import CallContext, CallOutcome, HttpCaller, OutcomeKind
@@ -287,7 +288,7 @@ class Performer:
             with about(execution, self.node_id):
                 acknowledged: bool | None = None
                 sent_once = execution.triggered_at is not None and called
-                if sent_once and execution.waiting_for != RETRY_AFTER:
+                if sent_once and execution.waiting_for is not WaitingFor.RETRY_AFTER:
                     # (a trigger the service held back started nothing: no cancel)
                     sent = await self.recorder.record(execution, CancelSent(), as_owner=owner)
                     if sent.stored is None or sent.stored.is_final:

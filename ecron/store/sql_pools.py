@@ -10,14 +10,11 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from ecron.core import ACTIVE, Status
+from ecron.core import ACTIVE, IN_LINE, Status
 from ecron.store.engine import Engines
 from ecron.store.records import PoolState
 from ecron.store.retry import retried
 from ecron.store.tables import execution_table, pool_table, task_table
-
-#: ``waiting_for`` of the claimed runs that stand in their pool's line.
-IN_LINE = ["pool", "retry-after"]
 
 
 class PoolOperations:
@@ -49,7 +46,7 @@ class PoolOperations:
                     execution_table.c.status.in_([str(status) for status in ACTIVE]),
                     sa.and_(
                         execution_table.c.status == str(Status.SCHEDULED),
-                        execution_table.c.waiting_for.in_(IN_LINE),
+                        execution_table.c.waiting_for.in_(sorted(IN_LINE)),
                     ),
                 ),
             )
