@@ -22,6 +22,7 @@ from ecron.core import (
     Status,
     Step,
     TriggerKind,
+    WaitingFor,
 )
 from ecron.ids import new_eid
 from ecron.planning import Claim, FirstFireTimes, plan_fires
@@ -418,7 +419,7 @@ async def test_what_a_lease_that_ran_out_held_is_taken_over_after_fencing_it_and
         "claim": held("e", live, status=Status.SCHEDULED, lease_until=T0 + timedelta(seconds=1)),
         "old_epoch": held("f", lost),
         "new_epoch": held("g", relost),
-        "waiting": held("h", live, status=Status.SCHEDULED, waiting_for="pool"),
+        "waiting": held("h", live, status=Status.SCHEDULED, waiting_for=WaitingFor.POOL),
     }
     created = {key: await store.create_execution(row) for key, row in rows.items()}
     assert all(created.values())
