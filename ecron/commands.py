@@ -238,7 +238,8 @@ class Commands:
                     "max_per_second": limits.max_per_second,
                     "running": state.running,
                     "waiting": state.waiting,
-                    "paused_until": iso(state.paused_until),
+                    # the wire name DESIGN.md ("API") gives it
+                    "paused_until": iso(state.held_back_until),
                     "tasks": tasks[name],
                 }
             )

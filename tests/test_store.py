@@ -83,6 +83,34 @@ async def test_migrations_reach_the_head_revision_and_running_them_again_changes
     assert before == after == head_revision()
 
 
+async def test_a_pools_retry_after_written_before_migration_0014_is_kept_under_its_new_name(
+    store: SqlStore,
+) -> None:
+    """Migration 0014 renames ``pool.paused_until`` to ``held_back_until``, the name the
+    moment has on a task's row and in the code: a moment a node wrote under the old name
+    (a service's ``Retry-After``) still holds the pool back after the upgrade."""
+    from alembic import command
+
+    from ecron.store.migrate import alembic_config
+    from ecron.store.tables import UTCDateTime
+
+    def downgrade(connection: Any) -> None:
+        config = alembic_config()
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0013")
+
+    old = sa.table("pool", sa.column("name"), sa.column("paused_until", UTCDateTime))
+    until = T0 + timedelta(seconds=30)
+    async with store.engines.writer.connect() as conn:
+        await conn.run_sync(downgrade)
+        await conn.execute(old.insert().values(name="p", paused_until=until))
+        await conn.commit()
+    assert await current_revision(store.engines) == "0013"
+    assert await upgrade(store.engines) == ("0013", HEAD)
+    states = await store.pool_states({"p": ["a"]})
+    assert states["p"].held_back_until == until
+
+
 async def test_sync_adds_new_tasks_keeps_unchanged_ones_and_retires_missing_ones(
     store: SqlStore,
 ) -> None:

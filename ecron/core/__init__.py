@@ -4,7 +4,15 @@ Nothing here does I/O or reads a clock.
 """
 
 from ecron.core.eta import RECENT_RUNS, estimate_end, needs_history, typical_duration
-from ecron.core.flight import InFlight, Ownership, current_step, due_at, in_flight, ownership
+from ecron.core.flight import (
+    InFlight,
+    Ownership,
+    current_step,
+    due_at,
+    held_back,
+    in_flight,
+    ownership,
+)
 from ecron.core.machine import (
     CancelSent,
     Event,
@@ -74,6 +82,7 @@ __all__ = [
     "deadline_passed",
     "due_at",
     "estimate_end",
+    "held_back",
     "in_flight",
     "is_stalled",
     "needs_history",

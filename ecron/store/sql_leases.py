@@ -212,13 +212,15 @@ class LeaseOperations:
                 pools[name][0],
                 running=running[name],
                 line=tuple(sorted(line[name])),
-                paused_until=rows[name].paused_until if name in rows else None,
                 next_trigger_at=rows[name].next_trigger_at if name in rows else None,
             )
             for name in names
         }
+        held_back = {name: rows[name].held_back_until for name in names if name in rows}
         return {
-            task: replace(gate, pool=filled[members[task]]) if task in members else gate
+            task: replace(gate, pool=filled[pool], held_back_until=held_back.get(pool))
+            if (pool := members.get(task)) is not None
+            else gate
             for task, gate in gates.items()
         }
 

@@ -27,7 +27,7 @@ class PoolOperations:
         if pool is None:
             table, key, column = task_table, task_table.c.name == task, task_table.c.held_back_until
         else:
-            table, key, column = pool_table, pool_table.c.name == pool, pool_table.c.paused_until
+            table, key, column = pool_table, pool_table.c.name == pool, pool_table.c.held_back_until
         later = sa.or_(column.is_(None), column < until)
         async with self.engines.write() as conn:
             await conn.execute(table.update().where(key, later).values({column.name: until}))
@@ -52,12 +52,12 @@ class PoolOperations:
             )
             .group_by(task, execution_table.c.status)
         )
-        rows = sa.select(pool_table.c.name, pool_table.c.paused_until).where(
+        rows = sa.select(pool_table.c.name, pool_table.c.held_back_until).where(
             pool_table.c.name.in_(sorted(pools))
         )
         async with self.engines.read() as conn:
             for name, status, count in await conn.execute(counted):
                 tally = waiting if status == str(Status.SCHEDULED) else running
                 tally[members[name]] += count
-            paused = {row.name: row.paused_until for row in await conn.execute(rows)}
-        return {name: PoolState(running[name], waiting[name], paused.get(name)) for name in pools}
+            held = {row.name: row.held_back_until for row in await conn.execute(rows)}
+        return {name: PoolState(running[name], waiting[name], held.get(name)) for name in pools}
