@@ -26,10 +26,12 @@ from ecron.config.model import DaemonSettings, TaskSpec
 from ecron.config.rules import PoolSpec
 from ecron.engine import Engine
 from ecron.executor.calls import Calls
+from ecron.executor.claimant import Claimant
 from ecron.executor.held import Held
 from ecron.executor.http import HttpCaller
 from ecron.executor.recorder import Recorder
-from ecron.leases import Leases
+from ecron.executor.retries import Retries
+from ecron.leases import CLAIM_GRACE, Leases
 from ecron.metrics import Metrics
 from ecron.notify import Notifier
 from ecron.patrol import Patrol
@@ -66,8 +68,8 @@ class Parts:
     ) -> Parts:
         """Wire the parts of one node over ``store`` and ``caller``, bottom up."""
         metrics = metrics or Metrics()
-        wakeup = Wakeup()
-        held = Held(node_id)
+        wakeup, held = Wakeup(), Held(node_id)
+        claimant = Claimant(node=node_id, prefetch=settings.prefetch, grace=CLAIM_GRACE, held=held)
         leases = Leases(
             store=store,
             held=held,
@@ -85,7 +87,7 @@ class Parts:
             specs=specs,
             metrics=metrics,
             scheduler_wakeup=wakeup,
-            held=held,
+            claimant=claimant,
             notifier=notifier,
         )
         recorder = Recorder(
@@ -95,7 +97,7 @@ class Parts:
             clock=clock,
             metrics=metrics,
             node_id=node_id,
-            plan_end=bookkeeping.with_end,
+            retries=Retries(store=store, specs=specs, clock=clock, claimant=claimant),
         )
         starts = Starts(store=store, recorder=recorder, leases=leases, clock=clock, specs=specs)
         engine = Engine(
