@@ -42,7 +42,7 @@ from ecron.core import (
     due_at,
     ownership,
 )
-from ecron.executor.calls import Calls
+from ecron.executor.calls import Calls, UnknownTask
 from ecron.executor.held import Held
 from ecron.executor.retries import Retries
 from ecron.logs import writes
@@ -270,6 +270,19 @@ class Recorder:
         if self.held.forget(eid, fence) is not None:
             log.debug("execution_let_go", execution_id=eid, reason=why)
             self._lost_leases.inc()
+
+    async def hand_back(self, eid: str, unknown: UnknownTask) -> None:
+        """This node does not know the task of ``eid``: release it for a node that does."""
+        execution = self.held.forget(eid)
+        if execution is None or execution.owner is None:
+            return
+        log.warning(
+            "execution_handed_back", task=unknown.task, execution_id=eid, reason=str(unknown)
+        )
+        try:
+            await self.store.release_leases(execution.owner, [eid])
+        except Exception:
+            log.exception("hand_back_failed", execution_id=eid)
 
     async def close(self, timeout: float = 2.0) -> None:
         """Let the rows being read again be read, then close the writer (the daemon
