@@ -31,6 +31,8 @@ from ecron.core import (
 from ecron.core.machine import HeldBack
 from ecron.core.next import Occasion, Read, Recorded, Unanswered
 from ecron.executor.batch import batch_poll
+from ecron.executor.calls import Calls
+from ecron.executor.held import Held
 from ecron.executor.held_back import HeldBackUntil
 from ecron.executor.http import CallContext, CallOutcome, HttpCaller, OutcomeKind
 from ecron.executor.outcomes import poll_event, trigger_event
@@ -38,6 +40,7 @@ from ecron.executor.recorder import Change, Recorder
 from ecron.executor.stopping import send_cancel
 from ecron.executor.trigger import Attempt, held_back
 from ecron.logs import about
+from ecron.store.base import Store
 
 log = structlog.get_logger(__name__)
 
@@ -78,13 +81,22 @@ class Performer:
     a lease lost since does not hold up the newer lease's)."""
 
     def __init__(
-        self, *, recorder: Recorder, caller: HttpCaller, clock: Clock, held_back: HeldBackUntil
+        self,
+        *,
+        recorder: Recorder,
+        held: Held,
+        calls: Calls,
+        store: Store,
+        caller: HttpCaller,
+        clock: Clock,
+        node_id: str,
+        held_back: HeldBackUntil,
     ) -> None:
         self.recorder = recorder
-        self.held = recorder.held
-        self.calls = recorder.calls
-        self.store = recorder.store
-        self.node_id = recorder.node_id
+        self.held = held
+        self.calls = calls
+        self.store = store
+        self.node_id = node_id
         self.caller = caller
         self.clock = clock
         self.stopping: set[tuple[str, int]] = set()
