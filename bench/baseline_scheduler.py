@@ -3,8 +3,10 @@ triggers as ecron (same headers, JSON body ``{}``) with one shared aiohttp sessi
 
 ``python -m bench.baseline_scheduler every --tasks N --url URL`` (N jobs, each an
 ``IntervalTrigger(seconds=1)`` aligned to whole seconds) or ``... cron --tasks N --url URL
---at UNIX_SECONDS`` (N ``CronTrigger`` jobs on that one instant). Prints ``ready`` once the
-scheduler runs, and runs until SIGTERM. The benchmark pins it to the subject core.
+--at UNIX_SECONDS`` (N ``CronTrigger`` jobs on that one instant); ``--at-rest M`` adds M jobs
+that do not fire while it runs (``CronTrigger`` on 1 January, 00:00, as ecron's tasks at
+rest in ``bench.growth``). Prints ``ready`` once the scheduler runs, and runs until SIGTERM.
+The benchmark pins it to the subject core.
 
 The scheduled time of each run reaches the job through APScheduler's own
 ``EVENT_JOB_SUBMITTED`` (dispatched right after the job's coroutine is created and before
@@ -92,6 +94,10 @@ async def run(args: argparse.Namespace) -> None:
         for n in range(args.tasks):
             name = f"t{n}"
             scheduler.add_job(poster.fire, trigger, args=[name], id=name)
+        yearly = CronTrigger(month=1, day=1, hour=0, minute=0, timezone=UTC)
+        for n in range(args.at_rest):
+            name = f"rest{n}"
+            scheduler.add_job(poster.fire, yearly, args=[name], id=name)
         scheduler.start()
         print("ready", flush=True)
         await stop.wait()
@@ -118,6 +124,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, required=True)
     parser.add_argument("--url", required=True)
     parser.add_argument("--at", type=float, help="cron: the one fire time, Unix seconds")
+    parser.add_argument("--at-rest", type=int, default=0, help="jobs that do not fire meanwhile")
     run_on_ecrons_loop(run(parser.parse_args()))
 
 

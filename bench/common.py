@@ -11,6 +11,7 @@ import itertools
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import socket
@@ -402,6 +403,18 @@ class Daemon:
         ready = await wait_http(self.child, f"{self.api}{path}", timeout)
         current_ecron().loops.append(loop_of(self.child))
         return ready
+
+
+async def metric(api: str, name: str, labels: str = "") -> float:
+    """One sample of the daemon's ``/metrics`` (0 when it is not there yet)."""
+    async with aiohttp.ClientSession() as session, session.get(f"{api}/metrics") as response:
+        text = await response.text()
+    pattern = re.compile(rf"^{re.escape(name)}(?:{{{re.escape(labels)}}})? ([0-9.eE+-]+)$")
+    for line in text.splitlines():
+        found = pattern.match(line)
+        if found:
+            return float(found.group(1))
+    return 0.0
 
 
 async def wait_http(child: Child, url: str, timeout: float, interval: float = 0.02) -> float:

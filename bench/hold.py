@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import signal
 import sys
 import time
@@ -40,8 +39,6 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import aiohttp
 
 from bench.common import (
     SUBJECT_CORE,
@@ -51,6 +48,7 @@ from bench.common import (
     Service,
     ask_runs,
     emit,
+    metric,
     parse,
     parser,
     ratio,
@@ -99,18 +97,6 @@ def task_yaml(url: str, interval: float) -> str:
         f"  - name: {TASK}\n    schedule: manual\n    url: {url}\n"
         f"    poll_interval: {interval:g}s\n    task_timeout: 1d\n    concurrency: allow\n"
     )
-
-
-async def metric(api: str, name: str, labels: str = "") -> float:
-    """One sample of the daemon's ``/metrics`` (0 when it is not there yet)."""
-    async with aiohttp.ClientSession() as session, session.get(f"{api}/metrics") as response:
-        text = await response.text()
-    pattern = re.compile(rf"^{re.escape(name)}(?:{{{re.escape(labels)}}})? ([0-9.eE+-]+)$")
-    for line in text.splitlines():
-        found = pattern.match(line)
-        if found:
-            return float(found.group(1))
-    return 0.0
 
 
 async def counters(api: str) -> dict[str, float]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -39,6 +40,7 @@ from bench.common import (
     Service,
     ask_runs,
     emit,
+    metric,
     parse,
     parser,
     percentile,
@@ -162,14 +164,36 @@ async def ramp(service: Service, child: Child, count: int, timeout: float) -> di
     return {"ramp_s": ramp_s, "polled_at_start": known, "polled_last_2_5s_at_start": recent}
 
 
-async def measure(child: Child, service: Service, count: int, args: Any) -> dict[str, Any]:
-    """Polls, CPU and memory of ``child`` over the window, once ``count`` are in flight."""
+async def paces(api: str, seen: list[float], every: float = 1.0) -> None:
+    """Read the daemon's ``ecron_poll_pace`` (how many polls it lets out at once) into
+    ``seen`` every ``every`` seconds until cancelled: below its workers, the node held its
+    polls back (its loop ran late, or the API was asked)."""
+    while True:
+        seen.append(await metric(api, "ecron_poll_pace"))
+        await asyncio.sleep(every)
+
+
+async def measure(
+    child: Child, service: Service, count: int, args: Any, api: str | None = None
+) -> dict[str, Any]:
+    """Polls, CPU and memory of ``child`` over the window, once ``count`` are in flight
+    (and, given the daemon's ``api``, its poll pace over the window)."""
     figures = await ramp(service, child, count, args.ramp_timeout)
     await service.post("/_mark")
     recorder = profiler(args, child, child.name == "ecron")
     cpu, service_cpu = child.cpu_seconds(), service.child.cpu_seconds()
     db_cpu, system = args.databases.cpu_seconds(), child.system_seconds()
+    seen: list[float] = []
+    sampling = asyncio.create_task(paces(api, seen)) if api else None
     await asyncio.sleep(args.duration)
+    if sampling is not None:
+        sampling.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sampling
+        figures.update(
+            pace_min=min(seen, default=None),
+            pace_mean=round(sum(seen) / len(seen), 1) if seen else None,
+        )
     cpu, service_cpu = child.cpu_seconds() - cpu, service.child.cpu_seconds() - service_cpu
     system = child.system_seconds() - system
     db_cpu = None if db_cpu is None else args.databases.cpu_seconds() - db_cpu
@@ -230,7 +254,8 @@ async def run_ecron(
             seeded = await seed_api(daemon.api, args.executions, args.clients)
         else:
             seeded = await seed_db(url, args.executions)
-        figures = {**seeded, **await measure(daemon.child, service, args.executions, args)}
+        measured = await measure(daemon.child, service, args.executions, args, daemon.api)
+        figures = {**seeded, **measured}
     finally:
         await daemon.child.stop()
     figures.update(
@@ -313,6 +338,8 @@ def report(args: Any, mine: dict[str, Any], theirs: dict[str, Any], ratios: dict
         ("p99 interval, s", "interval_p99_s"),
         ("CPU, % of a core", "cpu_percent"),
         ("CPU per poll, µs", "cpu_us_per_poll"),
+        ("poll pace (polls out at once), min / mean", "pace_min"),
+        ("  mean", "pace_mean"),
         ("the service's CPU, % of a core", "service_cpu_percent"),
         ("PostgreSQL's CPU, % of a core", "database_cpu_percent"),
         ("RSS idle, MiB", "idle_rss_mib"),

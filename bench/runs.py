@@ -330,7 +330,8 @@ async def run_ceiling(args: Any, service: Service, url: str, scratch: Path) -> d
         started = time.monotonic()
         reading = asyncio.create_task(reader.run())
         until = started + args.duration
-        asked = await ask_runs(daemon.api, task_names(args.tasks), args.ceiling_runs, args.clients, until)
+        names = task_names(args.tasks)
+        asked = await ask_runs(daemon.api, names, args.ceiling_runs, args.clients, until)
         created_at = time.monotonic()
         polls_created = (await service.get("/_stats/runs"))["polls_total"]
         await asyncio.sleep(args.hold)
@@ -565,7 +566,8 @@ def report_ceiling(args: Any, f: dict[str, Any]) -> None:
     ]
     title = (
         f"runs, ceiling: up to {args.ceiling_runs} runs or {args.duration}s, jobs of "
-        f"{args.job_seconds:g}s polled every {args.poll_interval:g}s, {args.clients} clients + 1 reader, {args.database}"
+        f"{args.job_seconds:g}s polled every {args.poll_interval:g}s, "
+        f"{args.clients} clients + 1 reader, {args.database}"
     )
     table(title, rows, ("value", ""))
     print(f"  /readyz at the end: {f['readyz']['status']} {f['readyz']['body']}")

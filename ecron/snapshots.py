@@ -24,13 +24,17 @@ async def execution_snapshots(
     executions: Sequence[Execution],
     now: datetime,
     specs: Mapping[str, TaskSpec],
+    *,
+    held: Mapping[str, Execution],
 ) -> list[dict[str, Any]]:
-    """The snapshots of ``executions`` as the API answers them, seen at ``now``: each naming
+    """The snapshots of ``executions`` as the API answers them, seen at ``now``: each in
+    the newest state known here (``held``: what this node holds, see ``newest``), naming
     its resume and the chained executions it set off, each RUNNING one with its ETA and
     whether it is stalled (by its task's ``expect`` in ``specs``, the config). What
     they need from the store is read for all of them at once (one read of resumes, one of
     the executions set off by the final ones, one of recent durations), whatever their
     number."""
+    executions = [newest(e, held) for e in executions]
     eids = [e.eid for e in executions]
     resumes = await store.resumes_of(eids)
     ended = [e.eid for e in executions if e.is_final]  # only an end sets chained runs off
@@ -47,6 +51,16 @@ async def execution_snapshots(
         )
         for e in executions
     ]
+
+
+def newest(stored: Execution, held: Mapping[str, Execution]) -> Execution:
+    """``stored`` as this node holds it, when it holds a newer version under the same fence:
+    a change of progress alone is written within ``PROGRESS_SETTLE``, and the node that
+    polled it shows it at once (another node's API shows it once written)."""
+    mine = held.get(stored.eid)
+    if mine is None or mine.fence != stored.fence or mine.version <= stored.version:
+        return stored
+    return mine
 
 
 def execution_snapshot(

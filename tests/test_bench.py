@@ -255,6 +255,62 @@ def test_soak_samples_the_daemon_from_outside_and_does_every_kind_of_work(tmp_pa
     assert soak["rss_kib_per_min_second_half"] is not None
 
 
+#: bench.growth at a tiny size: sizes 20 and 60, windows of 1 s, polls at 200/s.
+GROWTH = (
+    *("--sizes", "20,60", "--seconds", "1", "--poll-rate", "200", "--fire-tasks", "10"),
+    *("--run-rate", "20", "--warmup", "0.5", "--drain", "1", "--settle", "0"),
+)
+
+
+def assert_growth(figures: dict[str, Any], name: str, figure: str) -> None:
+    """One measurement of bench.growth at sizes 20 and 60: a figure per size, each size's
+    growth over the first (1 for the first itself), and every node kept what it held."""
+    grown = figures["growth"][name]
+    assert grown["figure"] == figure and grown["sizes"] == [20, 60], grown
+    assert len(figures["ecron"][name]) == 2 and grown["held"] == [True, True], grown
+    assert all(value is not None for value in grown["ecron"]), grown
+    assert grown["growth"][0] == 1.0 and grown["growth"][1] is not None, grown
+    assert isinstance(figures["flat"][name], bool), figures["flat"]
+
+
+def test_growth_polls_the_same_rate_at_each_size_beside_the_plain_poller() -> None:
+    """bench.growth's poll measurement: 20 and then 60 executions made through the API are
+    polled at 200 polls/s in all (every 0.1 s, then every 0.3 s), by ecron and by the plain
+    poller; polls are counted and the CPU per poll read for each, with its growth."""
+    figures = run_bench("growth", *GROWTH, "--measurements", "poll")
+    assert set(figures["growth"]) == {"poll"} and figures["baseline"]["run"] is None
+    assert_growth(figures, "poll", "cpu_us_per_poll")
+    for mine, size in zip(figures["ecron"]["poll"], (20, 60), strict=True):
+        assert mine["in_flight"] == mine["seed_runs_created"] == size, mine
+        assert mine["polls"] > 0 and mine["kib_per_execution"] is not None, mine
+    assert len(figures["growth"]["poll"]["baseline_growth"]) == 2
+    for theirs in figures["baseline"]["poll"]:
+        assert theirs["polls_per_s"] > 0 and theirs["cpu_us_per_poll"] is not None, theirs
+
+
+def test_growth_fires_and_runs_at_a_fixed_rate_beside_tasks_and_runs_held() -> None:
+    """bench.growth's fire and run measurements: 10 tasks every second fire each fire time
+    of the window once beside 20, then 60, tasks at rest (on APScheduler too); then,
+    with 20 and 60 runs held, 20 runs asked in the window are each answered 202 and
+    triggered, and the CPU per run is set beside the CPU per fire at the same size."""
+    figures = run_bench("growth", *GROWTH, "--measurements", "fire,run")
+    assert set(figures["growth"]) == {"fire", "run"} and figures["baseline"]["poll"] is None
+    assert_growth(figures, "fire", "cpu_us_per_fire")
+    assert_growth(figures, "run", "cpu_us_per_run")
+    for side in ("ecron", "baseline"):
+        for fired in figures[side]["fire"]:
+            assert fired["expected"] == fired["triggered"] == 10, fired
+            assert fired["duplicates"] == 0 and fired["fired_in_window"] > 0, fired
+    for side in ("ecron", "baseline"):
+        assert [f["at_rest"] for f in figures[side]["fire"]] == [20, 60], figures[side]
+    for ran, size in zip(figures["ecron"]["run"], (20, 60), strict=True):
+        assert ran["held_runs"] == size and ran["asked"] == 20, ran
+        assert ran["runs_created"] == ran["runs_distinct_ids"] == 20, ran
+        assert ran["all_triggered"] and ran["run_ms_p99"] is not None, ran
+    beside = figures["growth"]["run"]["beside_cpu_us_per_fire"]
+    assert beside == figures["growth"]["fire"]["ecron"], beside
+
+
 def test_kit_measures_the_kit_and_a_bare_handler_giving_the_same_answers() -> None:
     """bench.kit at a tiny size: both services answer every trigger and poll with a 200 and
     a report, the same bytes for the same execution, and each one's CPU per execution (a

@@ -14,6 +14,7 @@ from ecron.audit import AuditLog
 from ecron.clock import Clock
 from ecron.commands import Commands
 from ecron.config.model import DaemonSettings
+from ecron.core import Execution
 from ecron.metrics import Metrics
 from ecron.store.base import Store
 
@@ -39,6 +40,9 @@ class ApiContext:
     answered: Callable[[float], None]
     #: Where requests that change something, and refused ones, are recorded.
     audit: AuditLog
+    #: What this node holds, each in its newest state: a change of progress alone reaches
+    #: the database within ``PROGRESS_SETTLE``, and a snapshot shows it before it does.
+    held: Mapping[str, Execution]
     #: Further readiness checks (the queue's, when required): each says what is wrong, or
     #: None.
     readiness: tuple[Callable[[], str | None], ...] = ()

@@ -61,7 +61,9 @@ async def snapshots(request: web.Request, executions: list[Execution]) -> list[d
     """Snapshots of ``executions``, each naming its resume when it has one, with its ETA
     (the store read once for the lot, see ``execution_snapshots``)."""
     ctx = context(request)
-    return await execution_snapshots(ctx.store, executions, ctx.clock.now(), ctx.commands.specs)
+    return await execution_snapshots(
+        ctx.store, executions, ctx.clock.now(), ctx.commands.specs, held=ctx.held
+    )
 
 
 async def snapshot(request: web.Request, execution: Execution) -> dict[str, Any]:

@@ -191,7 +191,9 @@ async def _demo(
             page = await daemon.store.list_executions(task="demo", limit=5)
             shown = sorted({e.eid: e for e in [*claimed.items, *page.items]}.values(), key=eid_of)
             now = daemon.clock.now()
-            for item in await execution_snapshots(daemon.store, shown, now, daemon.specs):
+            for item in await execution_snapshots(
+                daemon.store, shown, now, daemon.specs, held=daemon.engine.held
+            ):
                 printer.show(item, now)
             if limit is not None and loop.time() - started >= limit:
                 break
