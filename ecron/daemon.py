@@ -209,7 +209,7 @@ class Daemon:
             load=self.engine.load,
             answered=self.engine.answered,
             audit=self.audit,
-            held=self.engine.held,
+            held=self.parts.held,
         )
         # aiohttp's keep-alive timer runs from the connection's start (and from each answer)
         # and is not put off by bytes that make no whole request: it closes an idle

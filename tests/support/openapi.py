@@ -30,7 +30,7 @@ def api_context(daemon: Daemon) -> ApiContext:
         load=daemon.engine.load,
         answered=daemon.engine.answered,
         audit=daemon.audit,
-        held=daemon.engine.held,
+        held=daemon.parts.held,
     )
 
 
