@@ -207,9 +207,9 @@ class Daemon:
             last_tick=lambda: scheduler.last_tick,
             readiness=self._readiness(),
             load=self.engine.load,
-            answered=self.engine.executor.pace.answered,
+            answered=self.engine.answered,
             audit=self.audit,
-            held=self.engine.held,
+            held=self.parts.held,
         )
         # aiohttp's keep-alive timer runs from the connection's start (and from each answer)
         # and is not put off by bytes that make no whole request: it closes an idle
@@ -258,8 +258,7 @@ class Daemon:
         """Take new task definitions (SIGHUP): the database follows, running work goes on."""
         hide(config_secrets(config))
         removed = {name: spec for name, spec in self.specs.items() if name not in config.tasks}
-        running = {execution.task for execution in self.engine.held.values()}
-        self.engine.calls.retire(removed, running)
+        self.engine.retire(removed)
         self.specs.clear()
         self.specs.update(config.tasks)
         self.pools.clear()

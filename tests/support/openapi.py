@@ -28,9 +28,9 @@ def api_context(daemon: Daemon) -> ApiContext:
         metrics=daemon.metrics,
         last_tick=lambda: daemon.scheduler.last_tick,
         load=daemon.engine.load,
-        answered=daemon.engine.executor.pace.answered,
+        answered=daemon.engine.answered,
         audit=daemon.audit,
-        held=daemon.engine.held,
+        held=daemon.parts.held,
     )
 
 
