@@ -368,6 +368,21 @@ TABLE = [
         Cancel(NOW),
     ),
     Row(
+        "a deadline stop that failed (its write, the database away) is tried again later, "
+        "not at once in the worker handling the failure",
+        PAST_DEADLINE,
+        Broke(Cancel(NOW)),
+        POLLED,
+        Cancel(NOW + RETRY_AFTER_ERROR),
+    ),
+    Row(
+        "so is a close that failed",
+        execution(cancel_sent_at=NOW - timedelta(minutes=1), deadline=NOW - SECOND),
+        Broke(Close(NOW)),
+        POLLED,
+        Close(NOW + RETRY_AFTER_ERROR),
+    ),
+    Row(
         "a cancel recorded but never finished is closed after the grace, without a second one",
         CANCEL_SENT,
         Taken(adopted=True),

@@ -264,10 +264,13 @@ def next_action(
         return Drop(f"execution is {execution.status}")
     if execution.status is Status.SCHEDULED:
         return Start(now + START_RETRY if isinstance(occasion, Broke) else due_at(execution))
+    # A stop that failed (its write, the database away) is tried again later, not at once:
+    # at once it fails again, in the worker that is handling the failure.
+    soonest = now + RETRY_AFTER_ERROR if isinstance(occasion, Broke) else now
     if execution.cancel_sent_at is not None:
-        return Close(execution.cancel_sent_at + cadence.cancel_grace)
+        return Close(max(execution.cancel_sent_at + cadence.cancel_grace, soonest))
     if deadline_passed(execution, now):
-        return Cancel(now, called=not _just_started(occasion))
+        return Cancel(soonest, called=not _just_started(occasion))
     match occasion:
         case Due(Poll() | Listen()):
             return PROCEED  # its checks passed: the call is made now (every due poll)
