@@ -69,6 +69,7 @@ from bench.common import (
     emit,
     parse,
     parser,
+    profiler,
     ratio,
     runs_figures,
     scratch_dir,
@@ -214,16 +215,26 @@ def fire_yaml(url: str, fire_tasks: int, at_rest: int) -> str:
 
 
 async def count_fires(
-    args: Any, child: Child, ready_at: float, service: Service, label: str
+    args: Any,
+    child: Child,
+    ready_at: float,
+    service: Service,
+    label: str,
+    profile: bool = False,
 ) -> tuple[dict[str, Any], float, float]:
     """The window of ``label``'s fires from the first whole second ``--warmup`` after
-    ``ready_at``: the CPU used in it, and its start and end (``time.time()``)."""
+    ``ready_at``: the CPU used in it (and its profile, when ``profile``: under
+    ``"profile"``), and its start and end (``time.time()``)."""
     start = math.ceil(ready_at + args.warmup)
     end = start + args.seconds
     await asyncio.sleep(max(0.0, start - time.time()))
+    recorder = profiler(args, child, profile)
     meters = Meters(child, service, args.databases)
     await asyncio.sleep(max(0.0, end - time.time()))
-    return meters.used(), start, end
+    used: dict[str, Any] = meters.used()
+    if recorder is not None:
+        used["profile"] = await recorder.stop()
+    return used, start, end
 
 
 async def fire_figures(
@@ -267,12 +278,16 @@ async def fire_ecron(args: Any, service: Service, size: int, scratch: Path) -> d
     try:
         ready_at = await daemon.wait_ready(args.ready_timeout)
         watch = await Watch.open(daemon, url)
-        used, start, end = await count_fires(args, daemon.child, ready_at, service, label)
+        wanted = profiled(args, "fire", size)
+        used, start, end = await count_fires(args, daemon.child, ready_at, service, label, wanted)
         account = await watch.close()
         rss = daemon.child.rss()
     finally:
         await daemon.child.stop()
+    profile = used.pop("profile", None)
     figures = await fire_figures(args, service, label, used, (start, end))
+    if profile is not None:
+        figures["profile"] = profile
     figures.update(
         at_rest=size,
         fire_tasks=args.fire_tasks,
@@ -357,6 +372,7 @@ async def measure_run(
         await asyncio.sleep(args.settle)
         rss_held = daemon.child.rss()
         watch = await Watch.open(daemon, url)
+        recorder = profiler(args, daemon.child, profiled(args, "run", size))
         meters = Meters(daemon.child, service, args.databases)
         started = time.monotonic()
         asked = await ask_paced(daemon.api, RUN_TASK, args.run_rate, args.seconds)
@@ -365,6 +381,7 @@ async def measure_run(
         arrived = await wait_triggers(service, label, wanted, args.drain_timeout)
         seconds = time.monotonic() - started
         used = meters.used()
+        profile = await recorder.stop() if recorder else None
         account = await watch.close()
     finally:
         await daemon.child.stop()
@@ -384,11 +401,19 @@ async def measure_run(
         **account,
         "log": str(daemon.child.log_path),
     }
+    if profile is not None:
+        figures["profile"] = profile
     figures["held"] = held(figures)
     return figures, None
 
 
 # -- sizes and growth ---------------------------------------------------------------------
+
+
+def profiled(args: Any, name: str, size: int) -> bool:
+    """Whether ``--profile`` asks for the window of measurement ``name`` at ``size``: the
+    ``--profile-measurement``'s, at the first size."""
+    return args.profile_measurement == name and size == int(args.sizes.split(",")[0])
 
 
 async def measure_sizes(
@@ -485,6 +510,13 @@ def main(argv: list[str] | None = None) -> None:
     options.add_argument("--ramp-timeout", type=float, default=900.0)
     options.add_argument("--drain-timeout", type=float, default=300.0, help="run: triggers, s")
     options.add_argument("--ready-timeout", type=float, default=300.0)
+    options.add_argument("--profile", help="py-spy raw profile of ecron in one window, to FILE")
+    options.add_argument(
+        "--profile-measurement",
+        choices=["fire", "run"],
+        default="run",
+        help="the measurement whose window at the first size --profile records",
+    )
     options.add_argument(
         "--client-core",
         type=int,

@@ -146,6 +146,12 @@ async def run_baseline(args: Any, service: Service, scratch: Path) -> dict[str, 
         await child.stop()
 
 
+def _per_fire(figures: dict[str, Any]) -> float | None:
+    """CPU per fire (% of a core over fires a second: the budget's "CPU per fire")."""
+    fired = figures.get("fired_per_s")
+    return figures["cpu_percent"] / fired if fired else None
+
+
 async def run(args: Any) -> dict[str, Any]:
     with scratch_dir(args.keep) as scratch:
         async with (
@@ -161,6 +167,7 @@ async def run(args: Any) -> dict[str, Any]:
     ratios = {
         "lag_p99": ratio(mine["lag_ms_p99"], theirs["lag_ms_p99"]),
         "cpu": ratio(mine["cpu_percent"], theirs["cpu_percent"]),
+        "cpu_per_fire": ratio(_per_fire(mine), _per_fire(theirs)),
     }
     return emit("triggers", params, {"ecron": mine, "baseline": theirs, "ratio": ratios})
 

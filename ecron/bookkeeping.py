@@ -5,9 +5,10 @@
 A success of a task on a fixed schedule changes only the task's count of failures (back to
 0) and its last end: those are written for many tasks at once, within ``SUCCESS_LINGER``.
 Everything else is written before ``finished`` returns. A retry is planned before the end
-is written (``with_end``) and inserted in the end's own transaction: an end whose node
-dies right after it still has its retry. ``finished`` returns the runs the end set off (its
-retry, the chained runs), for the engine to hold and start; it starts nothing itself.
+is written (``executor/retries.py``, asked by the recorder) and inserted in the end's own
+transaction: an end whose node dies right after it still has its retry. ``finished``
+returns the runs the end set off (its retry, the chained runs), for the engine to hold and
+start; it starts nothing itself.
 """
 
 from __future__ import annotations
@@ -24,8 +25,7 @@ from ecron.chains import Chains
 from ecron.clock import Clock, Wakeup
 from ecron.config.model import DaemonSettings, TaskSpec
 from ecron.core import Execution, Reason, Status, TriggerKind
-from ecron.executor.held import Held
-from ecron.leases import CLAIM_GRACE
+from ecron.executor.claimant import Claimant
 from ecron.metrics import Metrics
 from ecron.notify import Notifier
 from ecron.planning import (
@@ -68,15 +68,15 @@ class Bookkeeping:
         specs: Mapping[str, TaskSpec],
         metrics: Metrics,
         scheduler_wakeup: Wakeup,
-        held: Held,
+        claimant: Claimant,
         notifier: Notifier | None = None,
     ) -> None:
         self.store = store
-        #: Whose lease the runs this node claims are held under.
-        self.held = held
+        #: What this node's claims are made of (under its lease as it is now).
+        self.claimant = claimant
         #: Makes the runs of the tasks chained to those whose executions end.
         self.chains = Chains(
-            store=store, clock=clock, specs=specs, claim=self.claim, metrics=metrics
+            store=store, clock=clock, specs=specs, claim=claimant.claim, metrics=metrics
         )
         self.metrics = metrics
         self.clock = clock
@@ -99,30 +99,12 @@ class Bookkeeping:
 
     def claim(self, now: datetime) -> Claim:
         """This node's claim at ``now``."""
-        return Claim(
-            node=self.node_id,
-            now=now,
-            horizon=now + self.settings.prefetch,
-            grace=CLAIM_GRACE,
-            epoch=self.held.lease.epoch,
-        )
-
-    async def with_end(self, execution: Execution) -> list[Execution]:
-        """What is written in the transaction of ``execution``'s end: its retry, when one
-        is due. Planned before the end is written, so that a node that dies (or loses the
-        database) right after the end cannot lose the retry; ``finished`` then holds it."""
-        spec = self.specs.get(execution.task)
-        claim = self.claim(self.clock.now())
-        if spec is None or plan_retry(execution, spec, claim, None) is None:
-            return []  # no retry whatever the next fire time: no need to read it
-        task = await self.store.get_task(execution.task)
-        retry = plan_retry(execution, spec, claim, task.next_fire_at if task else None)
-        return [] if retry is None else [retry]
+        return self.claimant.claim(now)
 
     async def finished(
         self, execution: Execution, written_with: Sequence[Execution] | None = None
     ) -> list[Execution]:
-        """An execution ended: see the module docstring. ``written_with``: what ``with_end``
+        """An execution ended: see the module docstring. ``written_with``: what ``Retries``
         planned and was written with the end (None: nothing was planned, plan it now). The
         runs it set off (a retry, chained runs): claimed by this node, to be started."""
         spec = self.specs.get(execution.task)

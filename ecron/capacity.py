@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ecron.config.model import TaskSpec
-from ecron.core import Execution, Holder, Status, TriggerKind, Waiting
+from ecron.core import Execution, Holder, Status, TriggerKind, Waiting, WaitingFor
 from ecron.core.plans import InLine, PoolGate
 
 
@@ -27,12 +27,6 @@ WAIT_RECHECK = timedelta(seconds=1)
 #: How soon a backfilled run that waits behind another waiting run of its task (``forbid``)
 #: is decided again when nothing wakes it sooner: it cannot start before that one does.
 WAIT_IN_LINE = timedelta(minutes=1)
-
-
-#: ``waiting_for`` of a run that waits for its pool's room or pace.
-POOL = "pool"
-#: ``waiting_for`` of a backfilled run that waits for an older one under ``forbid``.
-CONCURRENCY = "concurrency"
 
 
 def in_line(execution: Execution) -> InLine:
@@ -60,7 +54,8 @@ def wait_in_turn(older: tuple[Holder, ...], now: datetime) -> Wait:
     of them runs, not thousands of times a second (each decision reads every waiting run)."""
     why = f"waiting for execution {older[0].eid} to end (concurrency: forbid)"
     behind = any(other.status is Status.SCHEDULED and not other.planned for other in older)
-    return Wait(Waiting(CONCURRENCY, why), now + (WAIT_IN_LINE if behind else WAIT_RECHECK))
+    until = now + (WAIT_IN_LINE if behind else WAIT_RECHECK)
+    return Wait(Waiting(WaitingFor.CONCURRENCY, why), until)
 
 
 def room_in_pool(execution: Execution, pool: PoolGate, now: datetime) -> Wait | None:
@@ -73,11 +68,11 @@ def room_in_pool(execution: Execution, pool: PoolGate, now: datetime) -> Wait | 
     ahead = sum(1 for other in pool.line if other < place and other[2] != execution.eid)
     if pool.max_running is not None and pool.running + ahead >= pool.max_running:
         why = f"waiting for pool {pool.name} ({pool.running} of {pool.max_running} running)"
-        return Wait(Waiting(POOL, why), now + WAIT_RECHECK)
+        return Wait(Waiting(WaitingFor.POOL, why), now + WAIT_RECHECK)
     due = pool.next_trigger_at
     if pool.max_per_second is not None and due is not None and (ahead or due > now):
         turn = max(due, now) + timedelta(seconds=ahead / pool.max_per_second)
         if turn > now:
             why = f"waiting for pool {pool.name} (max_per_second: {pool.max_per_second:g})"
-            return Wait(Waiting(POOL, why), turn)
+            return Wait(Waiting(WaitingFor.POOL, why), turn)
     return None

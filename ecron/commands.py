@@ -26,12 +26,11 @@ from ecron.clock import Clock, Wakeup, iso
 from ecron.config.model import TaskSpec
 from ecron.config.rules import PoolSpec
 from ecron.core import Channel, Execution, Report, Reported, Status, Transition, TriggerKind
-from ecron.core.next import Recorded
 from ecron.engine import Engine
 from ecron.errors import Conflict, NotFound, NothingToResume
-from ecron.executor.perform import Happened
 from ecron.ids import new_eid
 from ecron.logs import about
+from ecron.metrics import Metrics
 from ecron.planning import Begin, Decline, Refuse, new_steps, plan_resume, resumable
 from ecron.starts import StartResult
 from ecron.store.base import Store
@@ -58,6 +57,7 @@ class Commands:
         node_id: str,
         specs: Mapping[str, TaskSpec],
         scheduler_wakeup: Wakeup,
+        metrics: Metrics,
         pools: Mapping[str, PoolSpec] | None = None,
         backfill_max_runs: int = MAX_RUNS,
     ) -> None:
@@ -65,6 +65,7 @@ class Commands:
         #: New runs one backfill may create, and unfinished backfilled runs per task.
         self.backfill_max_runs = backfill_max_runs
         self.engine = engine
+        self.metrics = metrics
         self.bookkeeping = bookkeeping
         self.clock = clock
         self.node_id = node_id
@@ -183,7 +184,7 @@ class Commands:
         """A person's cancel, from any node: the cancel call once, then CANCELLED. Raises
         ``NotFound`` for an unknown eid, and ``Conflict`` for a final one, one that ended
         meanwhile, or one whose stop is already under way on this node."""
-        execution = self.engine.held.get(eid) or await self.store.get_execution(eid)
+        execution = self.engine.holding(eid) or await self.store.get_execution(eid)
         if execution is None:
             raise NotFound(f"no execution {eid!r}")
         if execution.is_final:
@@ -211,17 +212,11 @@ class Commands:
         execution = await self.store.get_execution(eid)
         if execution is None:
             raise NotFound(f"no execution {eid!r}")
-        recorder = self.engine.recorder
         with about(execution, self.node_id):
-            recorder.warn_ignored(execution, report)
             event = Reported(report, channel, step=step)
-            change = await recorder.record(execution, event, as_owner=False)
-            stored = change.stored
-            stopped = await self.engine.go(
-                Happened(eid, stored, Recorded(change.transition), change)
-            )
-            current = stopped or stored or await self.store.get_execution(eid)
-            return change.transition, current or execution
+            transition, current = await self.engine.report(execution, event)
+            current = current or await self.store.get_execution(eid)
+            return transition, current or execution
 
     async def pools(self) -> list[dict[str, Any]]:
         """Every pool (``GET /pools``), by name: its limits, its tasks, and where it stands
@@ -231,7 +226,7 @@ class Commands:
             if spec.pool is not None:
                 tasks.setdefault(spec.pool.name, []).append(name)
         states = await self.store.pool_states(tasks) if tasks else {}
-        metrics = self.engine.metrics
+        metrics = self.metrics
         shown = []
         for name in sorted(tasks):
             state = states[name]
@@ -245,7 +240,8 @@ class Commands:
                     "max_per_second": limits.max_per_second,
                     "running": state.running,
                     "waiting": state.waiting,
-                    "paused_until": iso(state.paused_until),
+                    # the wire name DESIGN.md ("API") gives it
+                    "paused_until": iso(state.held_back_until),
                     "tasks": tasks[name],
                 }
             )
@@ -323,7 +319,7 @@ class Commands:
                 name, paused, reason, following, version=current.version
             )
             if state is not None:
-                self.engine.metrics.excluded(name, excluded)
+                self.metrics.excluded(name, excluded)
                 break
         else:
             raise Conflict(f"task {name!r} kept changing; try again")

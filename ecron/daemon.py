@@ -216,10 +216,10 @@ class Daemon:
             last_tick=lambda: scheduler.last_tick,
             readiness=self._readiness(),
             load=self.engine.load,
-            answered=self.engine.executor.pace.answered,
+            answered=self.engine.answered,
             audit=self.audit,
             callers=self.callers,
-            held=self.engine.held,
+            held=self.parts.held,
         )
         # aiohttp's keep-alive timer runs from the connection's start (and from each answer)
         # and is not put off by bytes that make no whole request: it closes an idle
@@ -281,8 +281,7 @@ class Daemon:
                 callers=len(config.daemon.callers),
             )
         removed = {name: spec for name, spec in self.specs.items() if name not in config.tasks}
-        running = {execution.task for execution in self.engine.held.values()}
-        self.engine.calls.retire(removed, running)
+        self.engine.retire(removed)
         self.specs.clear()
         self.specs.update(config.tasks)
         self.pools.clear()

@@ -1,16 +1,16 @@
 """The engine's parts wired together, once: what the daemon runs and the tests drive.
 
 Wiring goes down: each part is built after what it calls, and gets it in its constructor;
-none sets a hook on another afterwards, so the call graph is the import graph. The one
-thing that travels up is the scheduler's ``Wakeup``: made here, handed to the parts that
-ring it when they have new work for the scheduler (room for claims, a new fire time of an
-``after`` task, an unpause).
+none sets a hook on another afterwards, so the call graph is the import graph. The
+callables still handed down (the scheduler's ``Wakeup``, rung when there is new work for
+it; the writer's ``on_lost``; the alert of the patrol's checks) are named, with why, in
+docs/architecture.md.
 
     Patrol ─────────────┬──▶ Commands ──┐
     Scheduler ──────────┤               ▼
-                        └──────────▶ Engine ──▶ Starts ──▶ Recorder ──▶ store
-                                       │ └──▶ Bookkeeping (ends: retries, counts, chains)
-                                       └──▶ Executor (timetable, hand-out) · calls (HTTP)
+    Daemon ─────────────┴──────────▶ Engine ──▶ Starter ──▶ Starts ──▶ Recorder ──▶ Retries
+                                       │ └──▶ Bookkeeping (ends: counts, chains)
+                                       └──▶ Executor (timetable, hand-out) · Performer (HTTP)
     Leases (claims, renewals, takeover) ◀── Scheduler, Starts, Patrol
 """
 
@@ -26,10 +26,12 @@ from ecron.config.model import DaemonSettings, TaskSpec
 from ecron.config.rules import PoolSpec
 from ecron.engine import Engine
 from ecron.executor.calls import Calls
+from ecron.executor.claimant import Claimant
 from ecron.executor.held import Held
 from ecron.executor.http import HttpCaller
 from ecron.executor.recorder import Recorder
-from ecron.leases import Leases
+from ecron.executor.retries import Retries
+from ecron.leases import CLAIM_GRACE, Leases
 from ecron.metrics import Metrics
 from ecron.notify import Notifier
 from ecron.patrol import Patrol
@@ -49,6 +51,10 @@ class Parts:
     scheduler: Scheduler
     commands: Commands
     patrol: Patrol
+    #: What this node holds (the engine's, the leases', its claims'), and its metrics: what
+    #: the daemon and the tests read of it.
+    held: Held
+    metrics: Metrics
 
     @classmethod
     def build(
@@ -66,8 +72,8 @@ class Parts:
     ) -> Parts:
         """Wire the parts of one node over ``store`` and ``caller``, bottom up."""
         metrics = metrics or Metrics()
-        wakeup = Wakeup()
-        held = Held(node_id)
+        wakeup, held = Wakeup(), Held(node_id)
+        claimant = Claimant(node=node_id, prefetch=settings.prefetch, grace=CLAIM_GRACE, held=held)
         leases = Leases(
             store=store,
             held=held,
@@ -85,21 +91,47 @@ class Parts:
             specs=specs,
             metrics=metrics,
             scheduler_wakeup=wakeup,
-            held=held,
+            claimant=claimant,
             notifier=notifier,
         )
+        node = (store, clock, settings, node_id, held, metrics)
+        recorder, engine = cls._engine(node, caller, leases, bookkeeping, wakeup, specs, claimant)
+        return cls._around(
+            recorder, engine, leases, bookkeeping, wakeup, node, (specs, pools or {})
+        )
+
+    @staticmethod
+    def _engine(
+        node: tuple[Store, Clock, DaemonSettings, str, Held, Metrics],
+        caller: HttpCaller,
+        leases: Leases,
+        bookkeeping: Bookkeeping,
+        wakeup: Wakeup,
+        specs: Mapping[str, TaskSpec],
+        claimant: Claimant,
+    ) -> tuple[Recorder, Engine]:
+        """The recorder (with the retries it writes with an end), the one start path, and
+        the engine that drives them."""
+        store, clock, settings, node_id, held, metrics = node
+        calls = Calls(specs, clock.ticks)
+        retries = Retries(store=store, specs=specs, clock=clock, claimant=claimant)
         recorder = Recorder(
             store=store,
             held=held,
-            calls=Calls(specs, clock.ticks),
+            calls=calls,
             clock=clock,
             metrics=metrics,
             node_id=node_id,
-            plan_end=bookkeeping.with_end,
+            retries=retries,
         )
         starts = Starts(store=store, recorder=recorder, leases=leases, clock=clock, specs=specs)
         engine = Engine(
             recorder=recorder,
+            held=held,
+            calls=calls,
+            store=store,
+            metrics=metrics,
+            node_id=node_id,
             caller=caller,
             clock=clock,
             starts=starts,
@@ -107,10 +139,7 @@ class Parts:
             scheduler_wakeup=wakeup,
             workers=settings.poll_workers,
         )
-        node = (store, clock, settings, node_id)
-        return cls._around(
-            recorder, engine, leases, bookkeeping, wakeup, node, (specs, pools or {})
-        )
+        return recorder, engine
 
     @classmethod
     def _around(
@@ -120,11 +149,11 @@ class Parts:
         leases: Leases,
         bookkeeping: Bookkeeping,
         wakeup: Wakeup,
-        node: tuple[Store, Clock, DaemonSettings, str],
+        node: tuple[Store, Clock, DaemonSettings, str, Held, Metrics],
         config: tuple[Mapping[str, TaskSpec], Mapping[str, PoolSpec]],
     ) -> Parts:
         """The parts that call the engine: the scheduler, the commands, the patrol."""
-        store, clock, settings, node_id = node
+        store, clock, settings, node_id, held, metrics = node
         specs, pools = config
         scheduler = Scheduler(
             store=store,
@@ -145,6 +174,7 @@ class Parts:
             node_id=node_id,
             specs=specs,
             scheduler_wakeup=wakeup,
+            metrics=metrics,
             pools=pools,
             backfill_max_runs=settings.backfill_max_runs,
         )
@@ -158,5 +188,7 @@ class Parts:
             settings=settings,
             node_id=node_id,
             specs=specs,
+            metrics=metrics,
         )
-        return cls(recorder, engine, leases, bookkeeping, scheduler, commands, patrol)
+        parts = (recorder, engine, leases, bookkeeping, scheduler, commands, patrol)
+        return cls(*parts, held, metrics)

@@ -25,6 +25,7 @@ from ecron.core import Execution
 from ecron.engine import Engine
 from ecron.errors import Conflict, NotFound, NothingToResume
 from ecron.leases import Leases
+from ecron.metrics import Metrics
 from ecron.overdue import Overdue
 from ecron.stalled import Stalled
 from ecron.store.base import Store
@@ -60,8 +61,10 @@ class Patrol:
         settings: DaemonSettings,
         node_id: str,
         specs: Mapping[str, TaskSpec],
+        metrics: Metrics,
     ) -> None:
         self.store = store
+        self.metrics = metrics
         self.commands = commands
         self.engine = engine
         self.leases = leases
@@ -70,9 +73,7 @@ class Patrol:
         self.settings = settings
         self.node_id = node_id
         self.specs = specs
-        self.overdue = Overdue(
-            store=store, specs=specs, metrics=engine.metrics, alert=bookkeeping.alert
-        )
+        self.overdue = Overdue(store=store, specs=specs, metrics=metrics, alert=bookkeeping.alert)
         self.stalled = Stalled(store=store, specs=specs, alert=bookkeeping.alert)
         self.jobs: dict[str, Job] = {
             "resume": self.auto_resume,
@@ -116,7 +117,7 @@ class Patrol:
                 return None
             now = self.clock.now()
             counts: dict[str, int] = {}
-            metrics = self.engine.metrics
+            metrics = self.metrics
             metrics.patrol_runs.inc()
             for name, job in self.jobs.items():
                 try:

@@ -26,10 +26,11 @@ from ecron.core import (
     TriggerKind,
     TriggerSent,
     Waiting,
+    WaitingFor,
     apply,
+    held_back,
     in_flight,
 )
-from ecron.core.machine import RETRY_AFTER
 from ecron.ids import new_eid, remote_id
 from ecron.schedules import Schedule, ScheduleKind, jitter_offset
 
@@ -301,10 +302,9 @@ def decide_start(
         return Skip(Skipped(Reason.OVERLAP, why))
     if older and spec.concurrency == "replace":
         return Defer(older)
-    held_back = gate.pool.paused_until if gate.pool is not None else gate.held_back_until
-    if held_back is not None and now < held_back:
-        why = f"the service asked for no trigger before {iso(held_back)} (Retry-After)"
-        return Wait(Waiting(RETRY_AFTER, why), held_back)
+    if (until := held_back(gate.held_back_until, now)) is not None:
+        why = f"the service asked for no trigger before {iso(until)} (Retry-After)"
+        return Wait(Waiting(WaitingFor.RETRY_AFTER, why), until)
     if gate.pool is not None and (wait := room_in_pool(execution, gate.pool, now)) is not None:
         return wait
     return Begin(trigger_sent(execution, spec))

@@ -136,11 +136,10 @@ class Scheduler:
                 return None  # not this node's config: a node that has it claims it
             return plan_fires(due.name, spec, due.next_fire_at, claim)
 
-        backlog = self.engine.executor.backlog
-        room = backlog.room()
+        room = self.engine.room_for_claims()
         claimed, more = await self.leases.claim_fires(now, plan, room)
         if claimed.read >= room:  # the room limited it: claim again once there is room
-            backlog.call_when_room()
+            self.engine.call_when_room()
         for name, counts in claimed.excluded.items():
             self.leases.metrics.excluded(name, counts)
         self.engine.hold(claimed.executions)
@@ -149,7 +148,7 @@ class Scheduler:
     def _held_back(self, now: datetime) -> bool:
         """True while the engine is more than ``SATURATED`` behind its due starts: no
         claim now. Logged when it begins and when it ends."""
-        behind = self.engine.executor.backlog.behind(now)
+        behind = self.engine.behind(now)
         saturated = behind > SATURATED
         if saturated and not self.saturated:
             log.warning("claims_held_back", behind_seconds=round(behind.total_seconds(), 3))
@@ -182,7 +181,7 @@ class Scheduler:
         """Adopt executions nobody holds: a dead node's claims (at once) and active
         executions (once its lease ran out), or this node's before a restart or a lost
         lease."""
-        for adopted in await self.leases.take_over(now, self.engine.calls.knows):
+        for adopted in await self.leases.take_over(now, self.engine.knows):
             execution = adopted.execution
             log.info(
                 "execution_adopted",

@@ -8,29 +8,41 @@ Claimed runs (SCHEDULED rows: fire times, retries, chained runs) are written as 
 compare-and-set; new runs that people asked for (a manual run, a resume) are inserted in the
 same transaction, already started or, under ``replace``, claimed until the older ones are
 cancelled: so a run asked for costs a share of one transaction, like a fire time, and its
-answer is given once its row is durable. The engine hands the runs in and carries out what
-follows each decision (the trigger, the SKIPPED record's book-keeping, the replacement).
+answer is given once its row is durable. The ``Starter`` takes the starts that fell due off
+the backlog and decides them in slices; the engine carries out what follows each decision
+(the trigger, the SKIPPED record's book-keeping, a wait, the replacement), as
+``core.next_action`` says.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import AsyncGenerator, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from ecron.capacity import POOL, Wait, in_line, waits_in_turn
+import structlog
+
+from ecron.capacity import Wait, in_line, waits_in_turn
 from ecron.clock import Clock
 from ecron.config.model import TaskSpec
-from ecron.core import Execution, Gate, Holder, Status, Transition, apply
-from ecron.core.machine import RETRY_AFTER
+from ecron.core import IN_LINE, Execution, Gate, Holder, Status, Transition, apply
+from ecron.core.next import Broke, Decided, Occasion, Recorded, Start
 from ecron.core.plans import PoolGate
 from ecron.errors import Conflict, EcronError
+from ecron.executor.held import Held
 from ecron.executor.recorder import Change, Recorder
+from ecron.executor.runner import Executor
 from ecron.leases import Leases
 from ecron.planning import Begin, Defer, Skip, StartDecision, decide_start, is_late
 from ecron.store.base import Store
 from ecron.store.records import Started, StartWrites
+
+log = structlog.get_logger(__name__)
+
+#: Starts falling due together are decided this many per transaction at most, and no more
+#: than four per worker (bench.burst, 10,000 due at once: fewer, larger transactions).
+START_SLICE = 400
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,15 +55,45 @@ class StartRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class Undecided:
+    """No decision could be made (the database away, no lease now): ``error``. A claimed
+    run is decided again a little later; a run people asked for fails with ``error``."""
+
+    error: Exception
+
+
+@dataclass(frozen=True, slots=True)
 class StartResult:
     """One run's decision, and the change it wrote: a claimed run's start or skip; a new
     run's insert (its ``stored`` None when its key was taken: another run of the same fire
     time, or another resume of the same execution, got there first). None when nothing was
-    written (``Decline``, ``Refuse``, a claimed run deferred)."""
+    written (``Decline``, ``Refuse``, a claimed run deferred, no decision made)."""
 
     request: StartRequest
-    decision: StartDecision
+    decision: StartDecision | Undecided
     change: Change | None
+
+    def followed(self) -> tuple[Execution, Occasion] | None:
+        """What to ask ``core.next_action`` about once the decision is written: the run as
+        it now is, and the occasion (a start or a skip is a change ``Recorded``; a wait or a
+        replacement is ``Decided``; a claimed run not decided is ``Broke``, decided again a
+        little later). None when nothing of it is this node's to follow: a run declined or
+        refused, a new run not decided or whose key was taken, a write whose lease moved on
+        (``Recorder.written_elsewhere`` let it go)."""
+        change, decision = self.change, self.decision
+        execution = self.request.execution if change is None else change.stored
+        if execution is None:
+            return None
+        match decision:
+            case Undecided() if not self.request.new:
+                return execution, Broke(Start(self.request.execution.scheduled_at))
+            case Wait(_, until):
+                return execution, Decided(until=until)
+            case Defer(older):
+                return execution, Decided(older=older)
+            case Begin() | Skip() if change is not None:
+                return execution, Recorded(change.transition)
+        return None
 
 
 class Starts:
@@ -243,9 +285,75 @@ class Pools:
                 following = turn + timedelta(seconds=1 / pool.max_per_second)
                 pool = replace(pool, next_trigger_at=following)
                 self.paces[pool.name] = following
-        elif after.status is Status.SCHEDULED and after.waiting_for in (POOL, RETRY_AFTER):
+        elif after.status is Status.SCHEDULED and after.waiting_for in IN_LINE:
             pool = replace(pool, line=tuple(sorted((*line, place))))
         self._now[pool.name] = pool
+
+
+class Starter:
+    """Takes the starts that fell due (and the runs people asked for) off the backlog and
+    decides them through ``Starts.start``, many in one transaction, in slices: mechanism
+    only; the engine carries out what follows each result (``decided``)."""
+
+    def __init__(
+        self,
+        *,
+        starts: Starts,
+        held: Held,
+        asked: Asked,
+        executor: Executor,
+        clock: Clock,
+        workers: int,
+    ) -> None:
+        self._starts, self._held, self._asked = starts, held, asked
+        self._executor, self._clock, self._workers = executor, clock, workers
+        #: True while a slice taken up is being decided and carried out.
+        self.starting = False
+
+    async def decided(self, closing: asyncio.Event) -> AsyncGenerator[StartResult]:
+        """Each decision, as it is made, until ``closing`` is set: the engine carries each
+        one out before the next is handed over."""
+        backlog = self._executor.backlog
+        while not closing.is_set():
+            requests = []
+            for eid in await backlog.take():
+                if (new := self._asked.take(eid)) is not None:
+                    requests.append(StartRequest(new, new=True))
+                elif (held := self._held.get(eid)) is not None and held.status is Status.SCHEDULED:
+                    requests.append(StartRequest(held))
+            # In slices, each once the triggers waiting are fewer than the workers: the first
+            # triggers leave while the next slice is decided, and no start is decided long
+            # before a worker can send its trigger (the rest wait, claimed, for the misfire
+            # rules to see).
+            size = min(START_SLICE, 4 * self._workers)
+            self.starting = True
+            try:
+                for first in range(0, len(requests), size):
+                    await self._executor.room_for_triggers()
+                    if closing.is_set():
+                        self._asked.refuse(requests[first:], Conflict("the node is stopping"))
+                        break  # what is left stays claimed: released, another node starts it
+                    for result in await self._slice(requests[first : first + size]):
+                        yield result
+                    backlog.handed(size, self._clock.now())
+            finally:
+                self.starting = False
+                backlog.done()
+
+    async def _slice(self, requests: list[StartRequest]) -> list[StartResult]:
+        """Decide ``requests`` in one transaction; when that fails, each is ``Undecided``
+        (a run people asked for fails now; a claimed one is decided again later)."""
+        try:
+            return await self._starts.start(requests)
+        except Exception as exc:
+            if isinstance(exc, Conflict):  # no lease now: a refusal, not a failure
+                log.warning("start_refused", executions=len(requests), reason=str(exc))
+            else:
+                log.exception("start_failed", executions=len(requests))
+            for request in requests:
+                if request.new:
+                    self._asked.fail(request.execution.eid, exc)
+            return [StartResult(request, Undecided(exc), None) for request in requests]
 
 
 class Asked:

@@ -186,6 +186,101 @@ def test_a_hook_set_after_construction_is_found(tmp_path: Path) -> None:
     ]
 
 
+def engine_methods(root: Path) -> set[str]:
+    """The public methods (and properties) of ``Engine`` in ``root/engine.py``."""
+    tree = ast.parse((root / "engine.py").read_text())
+    engine = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Engine")
+    return {
+        node.name
+        for node in engine.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and not node.name.startswith("_")
+    }
+
+
+def reads_into_the_engine(root: Path, *callers: Path) -> list[str]:
+    """The places outside ``root/engine.py`` (in ``root`` and in ``callers``: the tests, the
+    benchmarks) that read an attribute of an ``Engine`` that is not one of its public
+    methods (``engine.held``, ``self.engine.executor.backlog``): reaching through the engine
+    into its parts. An ``Engine`` is whatever is reached as ``X.engine`` (``self.engine``,
+    ``parts.engine``, ``daemon.engine``), or as a bare ``engine`` in a module that imports
+    ``ecron.engine`` (elsewhere, ``engine`` is SQLAlchemy's)."""
+    allowed = engine_methods(root)
+    found: list[tuple[str, int, str]] = []
+    paths = [path for folder in (root, *callers) for path in sorted(folder.rglob("*.py"))]
+    for path in paths:
+        if path == root / "engine.py":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        imports_engine = any(
+            isinstance(node, ast.ImportFrom) and node.module == f"{root.name}.engine"
+            for node in ast.walk(tree)
+        )
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute) or node.attr in allowed:
+                continue
+            seen = node.value
+            if (isinstance(seen, ast.Attribute) and seen.attr == "engine") or (
+                imports_engine and isinstance(seen, ast.Name) and seen.id == "engine"
+            ):
+                found.append((path.relative_to(root.parent).as_posix(), node.lineno, node.attr))
+    return [f"{where}:{line}: engine.{name}" for where, line, name in sorted(found)]
+
+
+def test_nothing_reaches_through_the_engine_into_its_parts() -> None:
+    """Outside ``engine.py``, an ``Engine`` is used through its public methods alone (the
+    scheduler, the commands, the patrol, the daemon, the API and the tests ask it; none
+    reads its held executions, its executor, its recorder or its metrics), so its parts
+    stay its own."""
+    here = ROOT.parent
+    assert reads_into_the_engine(ROOT, here / "tests", here / "bench") == []
+
+
+def test_a_read_through_the_engine_is_found(tmp_path: Path) -> None:
+    """A read of an engine's part, through ``self.engine``, ``parts.engine`` or an
+    ``engine`` argument, is found, in the package and in a test; a call of its public
+    methods, and SQLAlchemy's ``engine`` in a module that does not import
+    ``ecron.engine``, are not."""
+    root = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "engine.py": (
+                "class Engine:\n"
+                "    def hold(self, x):\n        self._held = x\n"
+                "    def _plan(self):\n        pass\n"
+            ),
+            "scheduler.py": (
+                "from ecron.engine import Engine\n"
+                "class Scheduler:\n"
+                "    def __init__(self, engine: Engine):\n"
+                "        self.engine = engine\n"
+                "        engine.hold(1)\n"
+                "        self.engine.hold(2)\n"
+                "        self.engine.executor.backlog.room()\n"
+                "        engine.metrics.inc()\n"
+                "def f(parts):\n"
+                "    return parts.engine.held, parts.engine._plan()\n"
+            ),
+            "store.py": "def g(engine):\n    return engine.sync_engine\n",
+        },
+    )
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_x.py").write_text(
+        "def test_x(daemon, engine):\n"
+        "    daemon.engine.hold([])\n"
+        "    return engine.pool, len(daemon.engine.held)\n"
+    )
+    assert reads_into_the_engine(root, tests) == [
+        "ecron/scheduler.py:7: engine.executor",
+        "ecron/scheduler.py:8: engine.metrics",
+        "ecron/scheduler.py:10: engine._plan",
+        "ecron/scheduler.py:10: engine.held",
+        "tests/test_x.py:3: engine.held",
+    ]
+
+
 def test_modules_and_functions_stay_short() -> None:
     """Modules of at most 500 lines, functions of at most 60 (migrations excepted)."""
     assert oversized(ROOT) == []

@@ -53,7 +53,7 @@ async def started(r: Rig, count: int, name: str = "job") -> list[str]:
     eids = [(await r.commands.run_now(name))[0].eid for _ in range(count)]
 
     def running() -> bool:
-        found = [r.engine.held.get(eid) for eid in eids]
+        found = [r.parts.held.get(eid) for eid in eids]
         return r.engine.idle and all(e is not None and e.status is Status.RUNNING for e in found)
 
     await wait_for(running)
@@ -115,7 +115,7 @@ async def test_batch_reports_move_each_execution_as_a_poll_answer_would(
             bad: {"status": "running", "progress": 70},
         }
         await poll_round(r, batch)
-        progress = {eid: r.engine.held[eid].progress for eid in (good, bad)}
+        progress = {eid: r.parts.held[eid].progress for eid in (good, bad)}
         batch.reports = {good: {"status": "SUCCESS", "result": {"rows": 3}}}
         batch.finish(bad, fail=True)
         await poll_round(r, batch)
@@ -142,7 +142,7 @@ async def test_an_id_missing_from_the_reports_is_unknown_and_ends_it_lost(
         await poll_round(r, batch)
         await wait_for(lambda: r.status_is(forgotten, Status.FAILED))
         gone = await r.store.get_execution(forgotten)
-        still = r.engine.held[kept]
+        still = r.parts.held[kept]
     assert gone is not None and gone.reason is Reason.LOST
     assert still.status is Status.RUNNING and still.probe_failures == 0
 
@@ -175,7 +175,7 @@ async def test_a_bad_batch_answer_is_a_failed_probe_for_every_id_in_it(
         eids = await started(r, 2)
         batch.script = [bad, bad]
         first = await poll_round(r, batch)
-        counted = [r.engine.held[eid].probe_failures for eid in eids]
+        counted = [r.parts.held[eid].probe_failures for eid in eids]
         await poll_round(r, batch)
         ended = await r.settled("job", 2)
     assert [len(call.ids) for call in first] == [2]
@@ -204,7 +204,7 @@ async def test_a_malformed_report_in_the_map_fails_only_its_own_id(
         await wait_for(lambda: r.status_is(weird, Status.FAILED))
         await wait_for(lambda: r.status_is(stringy, Status.FAILED))
         broken = [await r.store.get_execution(eid) for eid in (stringy, weird)]
-        healthy = r.engine.held[fine]
+        healthy = r.parts.held[fine]
     assert [(e.status, e.reason) for e in broken if e] == [
         (Status.FAILED, Reason.PROTOCOL_ERROR)
     ] * 2

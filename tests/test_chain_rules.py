@@ -67,7 +67,7 @@ async def test_chained_runs_obey_their_own_pause_calendar_and_concurrency(
         await r.start_due(T0 + SECOND)
         await wait_for(lambda: r.any_status("free", Status.RUNNING))
         found = {name: await r.executions(name) for name in ("paused", "weekend", "busy", "free")}
-        excluded = r.engine.metrics.fires_excluded._counts
+        excluded = r.parts.metrics.fires_excluded._counts
     [paused] = found["paused"]
     assert (paused.status, paused.reason, paused.upstream) == (
         Status.SKIPPED,

@@ -281,9 +281,9 @@ async def test_a_backward_step_delays_the_expiry_of_a_lease_until_its_holder_ren
         back = n1.clock.set(T0 - HOUR)
         later = n2.clock.set(back + timedelta(seconds=16))
         await n2.scheduler.take_over(later)
-        taken_before_renewal = eid in n2.engine.held
+        taken_before_renewal = eid in n2.parts.held
         assert await n1.parts.leases.renew() is True  # at the stepped-back clock
-        n1.engine.held.forget(eid)  # n1 stops driving it: only its lease remains
+        n1.parts.held.forget(eid)  # n1 stops driving it: only its lease remains
         await n2.scheduler.take_over(later)
         polls = len(user_service.calls_for(eid, "GET"))
         await wait_for(lambda: len(user_service.calls_for(eid, "GET")) > polls)

@@ -280,7 +280,7 @@ async def test_thousands_of_waiting_polls_share_one_heap_and_a_bounded_worker_po
             await daemon.parts.commands.run_now("many")
         await wait_for(lambda: len(user_service.jobs) == 300, timeout=20)
         await wait_for(
-            lambda: all(e.status is Status.RUNNING for e in daemon.engine.held.values()),
+            lambda: all(e.status is Status.RUNNING for e in daemon.parts.held.values()),
             timeout=20,
         )
         await wait_for(
@@ -288,11 +288,11 @@ async def test_thousands_of_waiting_polls_share_one_heap_and_a_bounded_worker_po
         )
         while_polling = ecron_tasks()
         names = sorted(t.get_name() for t in asyncio.all_tasks())
-        in_flight = len(daemon.engine.held)
+        in_flight = len(daemon.parts.held)
         writers = daemon.writer.concurrency
         for job in user_service.jobs.values():
             job.duration = 0.0  # every job ends at its next poll
-        await wait_for(lambda: not daemon.engine.held, timeout=30)
+        await wait_for(lambda: not daemon.parts.held, timeout=30)
         page = await daemon.store.list_executions(task="many", status=Status.SUCCESS, limit=500)
     assert len(page.items) == 300
     assert in_flight == 300

@@ -111,7 +111,7 @@ async def test_a_node_whose_database_stalls_lets_go_of_its_leases_when_they_run_
         spec = task("job", f"{user_service.url}/jobs/x", poll_interval="200ms")
         async with make_daemon([spec], database=through, lease_ttl="1s") as daemon:
             execution, _ = await daemon.parts.commands.run_now("job")
-            held = daemon.engine.held
+            held = daemon.parts.held
 
             async def running() -> bool:
                 current = held.get(execution.eid)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from ecron.clock import Wakeup
 from ecron.core.next import Poll, Start, Trigger
-from ecron.executor.pace import API_SLOW, BUSY_HIGH, LAG_HIGH, LAG_LOW, PollPace
+from ecron.executor.pace import API_SLOW, BUSY_HIGH, LAG_ALONE, LAG_HIGH, LAG_LOW, PollPace
 from ecron.executor.runner import Executor, Job
 from ecron.metrics import Metrics
 from tests.support.rig import FakeClock
@@ -75,8 +75,8 @@ async def test_the_newest_plan_of_an_eid_wins_and_nothing_is_due_before_its_time
 def test_while_the_api_is_asked_the_pace_is_cut_on_a_busy_node_and_grows_back_when_idle() -> None:
     """100 workers, the API asked: busy samples cut the pace (never below its floor); quiet
     ones raise it again by a twentieth of the workers, up to all of them. With the API not
-    asked, a busy node is not held back (it polls as fast as it can); a late loop always
-    cuts the pace."""
+    asked, a busy node is not held back (it polls as fast as it can), nor one whose loop is
+    a little late (a busy machine's): only a loop later than ``LAG_ALONE`` cuts it then."""
     pace = PollPace(100, Metrics())
     for n in range(60):
         pace.answered(0.01, now=float(n))
@@ -89,6 +89,15 @@ def test_while_the_api_is_asked_the_pace_is_cut_on_a_busy_node_and_grows_back_wh
     for n in range(200, 260):  # nobody asks: busy all the same, not held back
         pace.observe(1.0, LAG_LOW / 2, now=float(n))
     assert pace.limit == 100
+    pace.observe(1.0, LAG_HIGH * 2, now=280.0)  # a little late, nobody asking: kept
+    assert pace.limit == 100
+    pace.observe(0.0, LAG_ALONE * 2, now=281.0)  # too late for fire times: cut
+    assert pace.limit == 90
+    pace.observe(1.0, LAG_HIGH / 2, now=282.0)  # nobody asking, on time: grows back
+    assert pace.limit == 95
+    pace.observe(0.0, LAG_HIGH / 2, now=283.0)
+    assert pace.limit == 100
+    pace.answered(0.01, now=299.9)  # asked: a loop late by LAG_HIGH cuts
     pace.observe(0.0, LAG_HIGH * 2, now=300.0)
     assert pace.limit == 90
     pace.answered(API_SLOW * 2, now=300.4)  # a slow answer cuts it too

@@ -111,7 +111,7 @@ async def test_a_node_whose_lease_was_taken_over_cannot_write_the_execution_any_
             eid = await run_once(daemon, "job")
             await wait_for(lambda: len(user_service.calls_for(eid, "GET")) >= 2, timeout=5)
             taken = await take_over(intruder, eid, "intruder")
-            await wait_for(lambda: eid not in daemon.engine.held, timeout=5)
+            await wait_for(lambda: eid not in daemon.parts.held, timeout=5)
             # Until its write-behind write is refused the node may poll on (a read, harmless,
             # as many as the write took: more on a loaded machine); once it let go, none.
             polls = len(user_service.calls_for(eid, "GET"))
@@ -154,7 +154,7 @@ async def test_a_node_woken_from_a_pause_past_its_leases_sends_nothing_for_what_
             kept_calls = len(user_service.calls_for(kept))
             with capture_logs() as logs:
                 clock.advance(timedelta(seconds=5))  # the pause ends: every timer is due at once
-                await wait_for(lambda: lost not in daemon.engine.held, timeout=5)
+                await wait_for(lambda: lost not in daemon.parts.held, timeout=5)
                 await wait_for(lambda: len(user_service.calls_for(kept)) > kept_calls, timeout=5)
             after = await intruder.get_execution(lost)
     finally:
@@ -182,7 +182,7 @@ async def test_a_node_that_lost_its_lease_learns_it_at_the_next_renewal_without_
             eid = await run_once(daemon, "job")
             await wait_for(lambda: len(user_service.calls_for(eid, "GET")) >= 2, timeout=5)
             await take_over(intruder, eid, "intruder", fence=True)
-            await wait_for(lambda: eid not in daemon.engine.held, timeout=3)
+            await wait_for(lambda: eid not in daemon.parts.held, timeout=3)
             polls = len(user_service.calls_for(eid, "GET"))
             await polled_again(user_service, watcher)  # polls of "job" would have gone on
     finally:
@@ -212,7 +212,7 @@ async def test_a_poll_tells_an_execution_another_node_took_from_one_ended_elsewh
                     await wait_for(lambda eid=eid: stored_running(intruder, eid), timeout=5)
                 await take_over(intruder, taken, "intruder", datetime.now(UTC) + timedelta(hours=1))
                 await end_as_a_callback_elsewhere(intruder, ended_there)
-                await wait_for(lambda: not ({taken, ended_there} & set(daemon.engine.held)))
+                await wait_for(lambda: not ({taken, ended_there} & set(daemon.parts.held)))
                 for eid in (taken, ended_there):
                     try:
                         await wait_for(lambda eid=eid: said_about(logged, eid), timeout=5)
@@ -232,7 +232,7 @@ async def test_a_poll_tells_an_execution_another_node_took_from_one_ended_elsewh
 
 def running_here(daemon: Daemon, eid: str) -> bool:
     """True once ``daemon`` holds ``eid`` RUNNING."""
-    held = daemon.engine.held.get(eid)
+    held = daemon.parts.held.get(eid)
     return held is not None and held.status is Status.RUNNING
 
 
@@ -365,9 +365,9 @@ async def test_a_stop_on_a_lease_this_node_let_lapse_and_took_again_holds_up_not
     async with rig(database_url, [spec], t0) as r:
         execution, _ = await r.commands.run_now("job")
         await r.start_due(t0)
-        old = r.engine.held.get(execution.eid)
+        old = r.parts.held.get(execution.eid)
         assert old is not None and old.status is Status.RUNNING and old.fence == 1
-        assert r.engine.held.forget(old.eid) is not None  # lapsed unrenewed
+        assert r.parts.held.forget(old.eid) is not None  # lapsed unrenewed
         r.clock.set(t0 + timedelta(seconds=11))  # past the deadline
         (taken,) = await r.parts.leases.force_claim([old.eid], r.clock.now())
         assert taken.fence == 2
@@ -375,7 +375,7 @@ async def test_a_stop_on_a_lease_this_node_let_lapse_and_took_again_holds_up_not
         r.engine.adopt(taken)
         assert await old_stop is None  # its write was refused: nothing followed from it
         ended = await wait_for(lambda: r.status_is(old.eid, Status.TIMED_OUT), timeout=10)
-        held = r.engine.held.get(old.eid)
+        held = r.parts.held.get(old.eid)
     assert ended
     assert held is None  # ended, booked, let go
     assert user_service.methods_for(old.eid).count("DELETE") == 1

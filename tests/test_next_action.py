@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import pytest
 
-from ecron.capacity import CONCURRENCY, WAIT_RECHECK, Wait
+from ecron.capacity import WAIT_RECHECK, Wait
 from ecron.core import (
     Channel,
     Execution,
@@ -30,10 +30,11 @@ from ecron.core import (
     TriggerKind,
     TriggerSent,
     Waiting,
+    WaitingFor,
     apply,
 )
-from ecron.core.machine import RETRY_AFTER
 from ecron.core.next import (
+    PROCEED,
     RETRY_AFTER_ERROR,
     START_RETRY,
     Action,
@@ -41,19 +42,24 @@ from ecron.core.next import (
     Cadence,
     Cancel,
     Close,
+    Decided,
     Drop,
     Due,
     Finish,
+    Leave,
     Listen,
     Occasion,
     Poll,
+    Proceed,
     Read,
     Recorded,
+    Replace,
     Silent,
     Start,
     Taken,
     Trigger,
     Unanswered,
+    WaitToStart,
     next_action,
 )
 from ecron.planning import Begin, Decline, Defer, Refuse, Skip, decide_start
@@ -94,13 +100,15 @@ def execution(**changes: object) -> Execution:
 
 
 RUNNING = execution()
+#: An older run of the task, as a start decision sees it.
+OLDER = Holder("e0", Status.RUNNING, T0 - timedelta(hours=1), TriggerKind.SCHEDULE)
 SCHEDULED = execution(
     status=Status.SCHEDULED, triggered_at=None, last_report_at=None, deadline=None
 )
 #: Just started by the start path: PENDING, its trigger recorded as leaving.
 STARTED = execution(status=Status.PENDING, triggered_at=NOW, last_report_at=None)
 #: Its trigger refused with Retry-After: 7 (nothing started there): sent again at not_before.
-HELD_BACK = STARTED.evolve(waiting_for=RETRY_AFTER, not_before=NOW + 7 * SECOND)
+HELD_BACK = STARTED.evolve(waiting_for=WaitingFor.RETRY_AFTER, not_before=NOW + 7 * SECOND)
 PAST_DEADLINE = execution(deadline=NOW - SECOND)
 CANCEL_SENT = execution(cancel_sent_at=NOW - 10 * SECOND)
 TWO_STEPS = (
@@ -127,6 +135,8 @@ class Row(NamedTuple):
     occasion: Occasion
     cadence: Cadence
     expected: Action
+    #: Until when a service's ``Retry-After`` holds the trigger back, as the node heard.
+    held_back_until: datetime | None = None
 
 
 TABLE = [
@@ -145,6 +155,20 @@ TABLE = [
         Broke(Start(T0)),
         POLLED,
         Start(NOW + START_RETRY),
+    ),
+    Row(
+        "a run the start path made wait is decided again when its wait ends",
+        SCHEDULED.evolve(waiting_for=WaitingFor.POOL),
+        Decided(until=NOW + SECOND),
+        POLLED,
+        WaitToStart(NOW + SECOND),
+    ),
+    Row(
+        "a run that replaces older ones (concurrency: replace) cancels them first",
+        SCHEDULED,
+        Decided(older=(OLDER,)),
+        POLLED,
+        Replace((OLDER,)),
     ),
     # -- triggers
     Row(
@@ -190,6 +214,36 @@ TABLE = [
         Trigger(NOW + 3 * SECOND),
     ),
     Row(
+        "a planned trigger whose time came, its checks passed, is sent",
+        STARTED,
+        Due(Trigger(NOW, probe_first=True)),
+        POLLED,
+        PROCEED,
+    ),
+    Row(
+        "a planned trigger that a service's Retry-After holds back waits until then",
+        STARTED,
+        Due(Trigger(NOW, probe_first=True)),
+        POLLED,
+        Trigger(NOW + 7 * SECOND, probe_first=True),
+        NOW + 7 * SECOND,
+    ),
+    Row(
+        "... and is sent once that moment has passed",
+        STARTED,
+        Due(Trigger(NOW)),
+        POLLED,
+        PROCEED,
+        NOW,
+    ),
+    Row(
+        "a step's planned trigger not recorded as leaving is recorded first",
+        NEXT_STEP,
+        Due(Trigger(NOW)),
+        POLLED,
+        Leave(),
+    ),
+    Row(
         "a trigger that failed unexpectedly is tried again later, probing first",
         STARTED,
         Broke(Trigger(NOW)),
@@ -230,7 +284,15 @@ TABLE = [
         RUNNING,
         Due(Poll(NOW, after_takeover=True)),
         POLLED,
-        Poll(NOW, after_takeover=True),
+        PROCEED,
+    ),
+    Row(
+        "a poll is never held back: Retry-After answers triggers",
+        RUNNING,
+        Due(Poll(NOW)),
+        POLLED,
+        PROCEED,
+        NOW + 7 * SECOND,
     ),
     Row(
         "a poll that failed unexpectedly is made again later",
@@ -253,6 +315,13 @@ TABLE = [
         recorded(RUNNING, RUNNING),
         PUSHED,
         Listen(T0 + timedelta(minutes=10)),
+    ),
+    Row(
+        "a pushed call's planned read whose time came is made",
+        RUNNING,
+        Due(Listen(NOW)),
+        PUSHED,
+        PROCEED,
     ),
     Row(
         "a pushed call's row read again, silent past the heartbeat, has failed",
@@ -297,6 +366,21 @@ TABLE = [
         Due(Poll(NOW)),
         POLLED,
         Cancel(NOW),
+    ),
+    Row(
+        "a deadline stop that failed (its write, the database away) is tried again later, "
+        "not at once in the worker handling the failure",
+        PAST_DEADLINE,
+        Broke(Cancel(NOW)),
+        POLLED,
+        Cancel(NOW + RETRY_AFTER_ERROR),
+    ),
+    Row(
+        "so is a close that failed",
+        execution(cancel_sent_at=NOW - timedelta(minutes=1), deadline=NOW - SECOND),
+        Broke(Close(NOW)),
+        POLLED,
+        Close(NOW + RETRY_AFTER_ERROR),
     ),
     Row(
         "a cancel recorded but never finished is closed after the grace, without a second one",
@@ -398,13 +482,38 @@ TABLE = [
 @pytest.mark.parametrize("row", TABLE, ids=[row.why for row in TABLE])
 def test_next_action_follows_the_table(row: Row) -> None:
     """Each row: the execution as held, the occasion, the cadence, the action."""
-    assert next_action(row.execution, NOW, row.cadence, row.occasion) == row.expected
+    action = next_action(row.execution, NOW, row.cadence, row.occasion, row.held_back_until)
+    assert action == row.expected
+
+
+def test_a_due_call_whose_checks_pass_is_answered_with_the_one_proceed() -> None:
+    """A due trigger, poll or listen whose checks pass is answered ``PROCEED``, one instance
+    for all (nothing is made per poll), never the planned action handed back: the engine
+    tells "made now" from "planned again" by what the answer is, not by which object."""
+    for held, planned in ((STARTED, Trigger(NOW)), (RUNNING, Poll(NOW)), (RUNNING, Listen(NOW))):
+        assert next_action(held, NOW, POLLED, Due(planned)) is PROCEED
+    held_back = next_action(STARTED, NOW, POLLED, Due(Trigger(NOW)), NOW + SECOND)
+    assert held_back == Trigger(NOW + SECOND)
 
 
 def test_the_table_covers_every_action() -> None:
     """Every kind of action the engine carries out is the answer of at least one row."""
     kinds = {type(row.expected) for row in TABLE}
-    assert kinds == {Start, Trigger, Poll, Listen, Silent, Cancel, Close, Finish, Drop}
+    assert kinds == {
+        Start,
+        WaitToStart,
+        Replace,
+        Leave,
+        Proceed,
+        Trigger,
+        Poll,
+        Listen,
+        Silent,
+        Cancel,
+        Close,
+        Finish,
+        Drop,
+    }
 
 
 # --- the one start decision (planning.decide_start), from a table too ----------------------
@@ -549,7 +658,7 @@ def _kind(decision: object) -> str:
             assert older == (OTHER,)
             return "defer"
         case Wait(Waiting(what), until):
-            assert what == CONCURRENCY and until == NOW + WAIT_RECHECK, decision
+            assert what == WaitingFor.CONCURRENCY and until == NOW + WAIT_RECHECK, decision
             return "wait"
     raise AssertionError(decision)
 

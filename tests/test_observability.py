@@ -77,7 +77,7 @@ async def test_metrics_are_scraped_from_a_live_daemon_and_make_sense(
         eids = [await run_once(daemon, "m") for _ in range(4)]
         for eid in eids:
             await ended(daemon, eid)
-        await wait_for(lambda: not daemon.engine.held, timeout=5)
+        await wait_for(lambda: not daemon.parts.held, timeout=5)
         text = await scrape(daemon)
     found = samples(text)
     finished = "ecron_executions_finished_total"

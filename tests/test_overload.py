@@ -113,7 +113,7 @@ async def test_ten_times_too_much_work_keeps_the_api_answering_and_memory_bounde
                 assert time.monotonic() < began + RECORDED_WITHIN, "no SKIPPED misfire record"
                 for path, seconds in (await probe(session, api)).items():
                     latencies[path].append(seconds)
-                held.append(len(daemon.engine.held))
+                held.append(len(daemon.parts.held))
                 saturated = saturated or daemon.scheduler.saturated
                 recorded = recorded or await misfire_recorded(daemon)
                 await asyncio.sleep(PROBE_EVERY)
@@ -169,12 +169,11 @@ async def test_a_node_claims_no_more_late_fire_times_than_its_workers_can_take_u
     now = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
     specs = list(tasks(user_service, 40).values())
     async with rig(database_url, specs, now) as r:
-        backlog = r.engine.executor.backlog
-        first_room = backlog.room()
+        first_room = r.engine.room_for_claims()
         rounds: list[tuple[int, int]] = []
         while sum(took for _, took in rounds) < 40 and len(rounds) < 40:
-            await wait_for(lambda: backlog.room() > 0)  # rung when there is room again
-            room, before = backlog.room(), claims_made(r)
+            await wait_for(lambda: r.engine.room_for_claims() > 0)  # rung when there is room
+            room, before = r.engine.room_for_claims(), claims_made(r)
             await r.scheduler.claim_fires(now)
             rounds.append((room, claims_made(r) - before))
         await wait_for(lambda: r.engine.settled(now))  # every start decided and triggered
@@ -187,7 +186,7 @@ async def test_a_node_claims_no_more_late_fire_times_than_its_workers_can_take_u
 
 def claims_made(r: Rig) -> int:
     """Fire times this node claimed so far (its ``ecron_claims_total{kind="fire"}``)."""
-    registry = r.engine.metrics.registry
+    registry = r.parts.metrics.registry
     return int(registry.get_sample_value("ecron_claims_total", {"kind": "fire"}) or 0)
 
 

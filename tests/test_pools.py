@@ -241,7 +241,7 @@ async def test_a_run_waiting_for_its_pool_keeps_its_lease_while_it_waits(
         after = await r.store.get_execution(waiting.eid)
     assert stored is not None and stored.status is Status.SCHEDULED
     assert stored.waiting_for == "pool"
-    assert stored.lease_until is None and stored.owner_epoch == r.engine.held.lease.epoch
+    assert stored.lease_until is None and stored.owner_epoch == r.parts.held.lease.epoch
     assert kept is True
     assert taken == []
     assert after is not None and after.owner == stored.owner and after.fence == stored.fence

@@ -395,7 +395,7 @@ async def consuming(r: Rig, server: RedisServer, **keys: Any) -> AsyncIterator[Q
         store=r.store,
         commands=r.commands,
         secret=lambda: "test",
-        metrics=r.engine.metrics,
+        metrics=r.parts.metrics,
         node_id="n1",
     )
     running = asyncio.create_task(consumer.run())
@@ -546,7 +546,7 @@ async def delivered(client: Redis, *, at_least: int) -> bool:
 def rig_count(r: Rig, outcome: str) -> float:
     """``ecron_queue_messages_total{outcome}`` of a rig's consumer (it counts in the rig's
     metrics)."""
-    value = r.engine.metrics.registry.get_sample_value(
+    value = r.parts.metrics.registry.get_sample_value(
         "ecron_queue_messages_total", {"outcome": outcome}
     )
     return value or 0.0

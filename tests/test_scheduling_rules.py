@@ -443,7 +443,7 @@ async def test_an_execution_of_a_task_this_node_does_not_know_is_handed_back_not
         )
         assert await r.store.create_execution(stranger) is not None
         r.engine.adopt(stranger)
-        await wait_for(lambda: "stranger" not in r.engine.held)
+        await wait_for(lambda: "stranger" not in r.parts.held)
 
         async def handed_back() -> Execution | None:  # the release written, not only decided
             row = await r.store.get_execution("stranger")

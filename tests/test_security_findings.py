@@ -18,8 +18,7 @@ from click.testing import CliRunner
 import ecron.cli.validate  # noqa: F401  (registers the command)
 from ecron.cli import cli
 from ecron.config.model import TaskSpec
-from ecron.core import Execution, Status
-from ecron.core.machine import RETRY_AFTER
+from ecron.core import Execution, Status, WaitingFor
 from ecron.daemon import Daemon
 from ecron.executor.http import classify
 from ecron.signing import callback_token, signature, verify
@@ -128,7 +127,7 @@ async def test_a_retry_after_of_400_digits_holds_the_service_back_for_an_hour_at
 
         async def held() -> Execution | None:
             execution = await daemon.store.get_execution(eid)
-            waiting = execution is not None and execution.waiting_for == RETRY_AFTER
+            waiting = execution is not None and execution.waiting_for == WaitingFor.RETRY_AFTER
             return execution if waiting else None
 
         execution = await wait_for(held, timeout=5)

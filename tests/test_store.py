@@ -22,6 +22,7 @@ from ecron.core import (
     Status,
     Step,
     TriggerKind,
+    WaitingFor,
 )
 from ecron.ids import new_eid
 from ecron.planning import Claim, FirstFireTimes, plan_fires
@@ -80,6 +81,34 @@ async def test_migrations_reach_the_head_revision_and_running_them_again_changes
     assert await current_revision(store.engines) == head_revision()
     before, after = await upgrade(store.engines)
     assert before == after == head_revision()
+
+
+async def test_a_pools_retry_after_written_before_migration_0014_is_kept_under_its_new_name(
+    store: SqlStore,
+) -> None:
+    """Migration 0014 renames ``pool.paused_until`` to ``held_back_until``, the name the
+    moment has on a task's row and in the code: a moment a node wrote under the old name
+    (a service's ``Retry-After``) still holds the pool back after the upgrade."""
+    from alembic import command
+
+    from ecron.store.migrate import alembic_config
+    from ecron.store.tables import UTCDateTime
+
+    def downgrade(connection: Any) -> None:
+        config = alembic_config()
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0013")
+
+    old = sa.table("pool", sa.column("name"), sa.column("paused_until", UTCDateTime))
+    until = T0 + timedelta(seconds=30)
+    async with store.engines.writer.connect() as conn:
+        await conn.run_sync(downgrade)
+        await conn.execute(old.insert().values(name="p", paused_until=until))
+        await conn.commit()
+    assert await current_revision(store.engines) == "0013"
+    assert await upgrade(store.engines) == ("0013", HEAD)
+    states = await store.pool_states({"p": ["a"]})
+    assert states["p"].held_back_until == until
 
 
 async def test_sync_adds_new_tasks_keeps_unchanged_ones_and_retires_missing_ones(
@@ -418,7 +447,7 @@ async def test_what_a_lease_that_ran_out_held_is_taken_over_after_fencing_it_and
         "claim": held("e", live, status=Status.SCHEDULED, lease_until=T0 + timedelta(seconds=1)),
         "old_epoch": held("f", lost),
         "new_epoch": held("g", relost),
-        "waiting": held("h", live, status=Status.SCHEDULED, waiting_for="pool"),
+        "waiting": held("h", live, status=Status.SCHEDULED, waiting_for=WaitingFor.POOL),
     }
     created = {key: await store.create_execution(row) for key, row in rows.items()}
     assert all(created.values())

@@ -49,11 +49,19 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         return error(500, "internal error", "see the daemon's log")
 
 
+#: Asked by probes and scrapers, not by people: a node is not "asked" by them (a scrape
+#: every second would otherwise hold its polls back for as long as it lasts).
+UNTIMED = frozenset({"/metrics", "/healthz", "/readyz"})
+
+
 def timing_middleware(answered: Callable[[float], None]) -> Any:
-    """Tell the node how long each request took (it paces its polls by it)."""
+    """Tell the node how long each request people made took (it paces its polls by it);
+    probes and scrapes (``UNTIMED``) are not told."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in UNTIMED:
+            return await handler(request)
         started = time.monotonic()
         try:
             return await handler(request)

@@ -193,7 +193,7 @@ async def _demo(
             shown = sorted({e.eid: e for e in [*claimed.items, *page.items]}.values(), key=eid_of)
             now = daemon.clock.now()
             for item in await execution_snapshots(
-                daemon.store, shown, now, daemon.specs, held=daemon.engine.held
+                daemon.store, shown, now, daemon.specs, held=daemon.parts.held
             ):
                 printer.show(item, now)
             if limit is not None and loop.time() - started >= limit:

@@ -4,7 +4,15 @@ Nothing here does I/O or reads a clock.
 """
 
 from ecron.core.eta import RECENT_RUNS, estimate_end, needs_history, typical_duration
-from ecron.core.flight import InFlight, Ownership, current_step, due_at, in_flight, ownership
+from ecron.core.flight import (
+    InFlight,
+    Ownership,
+    current_step,
+    due_at,
+    held_back,
+    in_flight,
+    ownership,
+)
 from ecron.core.machine import (
     CancelSent,
     Event,
@@ -26,12 +34,14 @@ from ecron.core.status import (
     ACTIVE,
     FINAL,
     HELD,
+    IN_LINE,
     INTERRUPTED_REASONS,
     Channel,
     Reason,
     RemoteStatus,
     Status,
     TriggerKind,
+    WaitingFor,
 )
 
 __all__ = [
@@ -39,6 +49,7 @@ __all__ = [
     "FINAL",
     "HELD",
     "INTERRUPTED_REASONS",
+    "IN_LINE",
     "RECENT_RUNS",
     "CancelSent",
     "Channel",
@@ -65,11 +76,13 @@ __all__ = [
     "TriggerKind",
     "TriggerSent",
     "Waiting",
+    "WaitingFor",
     "apply",
     "current_step",
     "deadline_passed",
     "due_at",
     "estimate_end",
+    "held_back",
     "in_flight",
     "is_stalled",
     "needs_history",

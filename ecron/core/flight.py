@@ -1,6 +1,7 @@
-"""Three rules that every path asks about one execution, each with one home here: which call
+"""Four rules that every path asks about one execution, each with one home here: which call
 is in flight (the execution's own, or its current step's), when a claimed execution is due
-to start, and whether the node holding it still owns it. Pure: no I/O, no clock."""
+to start, whether a service's ``Retry-After`` still holds its trigger back, and whether the
+node holding it still owns it. Pure: no I/O, no clock."""
 
 from __future__ import annotations
 
@@ -57,6 +58,16 @@ def due_at(execution: Execution) -> datetime:
     if not_before is None or not_before <= execution.scheduled_at:
         return execution.scheduled_at
     return not_before
+
+
+def held_back(held_back_until: datetime | None, now: datetime) -> datetime | None:
+    """Until when a trigger may not leave at ``now`` because its service answered ``429`` or
+    ``503`` with ``Retry-After`` (``held_back_until``: its pool's moment, or its task's without
+    a pool); None when nothing holds it back (any more). The start path asks it with the
+    database's moment, the trigger path with the one this node heard."""
+    if held_back_until is not None and now < held_back_until:
+        return held_back_until
+    return None
 
 
 class Ownership(StrEnum):

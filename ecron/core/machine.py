@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from ecron.core.flight import current_step, in_flight
 from ecron.core.model import Execution, Report, Step, clamp_progress
-from ecron.core.status import Channel, Reason, RemoteStatus, Status, can_move
+from ecron.core.status import Channel, Reason, RemoteStatus, Status, WaitingFor, can_move
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,11 +91,10 @@ class Skipped:
 
 @dataclass(frozen=True, slots=True)
 class Waiting:
-    """A claimed (SCHEDULED) run cannot start yet and waits: ``what`` for (``pool``: its
-    pool's room or pace; ``concurrency``: an older run of its task under ``forbid``;
-    ``retry-after``: the service asked for no trigger yet), ``why`` in words (its message)."""
+    """A claimed (SCHEDULED) run cannot start yet and waits: ``what`` for (``WaitingFor``),
+    ``why`` in words (its message)."""
 
-    what: str
+    what: WaitingFor
     why: str
 
 
@@ -108,11 +107,6 @@ class HeldBack:
 
     until: datetime
     message: str
-
-
-#: ``waiting_for`` of an execution whose trigger the service held back (PENDING: it was
-#: sent, and refused; it leaves again at ``not_before``).
-RETRY_AFTER = "retry-after"
 
 
 Event = (
@@ -217,7 +211,7 @@ def _apply_wait(execution: Execution, event: Waiting | HeldBack) -> Transition:
     (``HeldBack``: its trigger leaves again then)."""
     if isinstance(event, HeldBack):
         after = execution.evolve(
-            waiting_for=RETRY_AFTER, not_before=event.until, message=event.message
+            waiting_for=WaitingFor.RETRY_AFTER, not_before=event.until, message=event.message
         )
         return Transition(execution, after)
     if execution.waiting_for == event.what and execution.message == event.why:

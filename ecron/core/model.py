@@ -9,7 +9,15 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
-from ecron.core.status import ACTIVE, FINAL, Reason, RemoteStatus, Status, TriggerKind
+from ecron.core.status import (
+    ACTIVE,
+    FINAL,
+    Reason,
+    RemoteStatus,
+    Status,
+    TriggerKind,
+    WaitingFor,
+)
 from ecron.errors import EcronError
 
 #: A report's ``message`` is stored cut to this many characters.
@@ -194,7 +202,7 @@ class Execution:
     #: A claimed run that waits to start: what for (its pool's room, an older run under
     #: ``forbid``, the service's ``Retry-After``). It counts as active for its task's
     #: ``concurrency`` meanwhile, and waiting is not a misfire. None once it started.
-    waiting_for: str | None = None
+    waiting_for: WaitingFor | None = None
     probe_failures: int = 0
     cancel_sent_at: datetime | None = None
     cancel_acknowledged: bool | None = None

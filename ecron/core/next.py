@@ -1,12 +1,17 @@
-"""What happens next to an execution: ``next_action(execution, now, cadence, occasion)``.
+"""What happens next to an execution: ``next_action(execution, now, cadence, occasion,
+held_back_until)``.
 
 ``apply`` says what an event does to an execution; this says what the node holding it does
-next: start it at its time, send its trigger (probing first when an earlier one may have
-left), poll it, listen for its pushed reports, cancel it, close a cancel that never
-finished, book its end, or drop it. Every "when and what next" rule lives here, decided
-from data: the execution as held, the moment, the cadence of its call in flight, and why
-the question is asked (``occasion``). It reads no clock and does no I/O; the engine
-(``ecron.engine``) carries the answer out and asks again.
+next: start it at its time, let it wait to start or replace older runs first, record that
+its trigger leaves, send it (probing first when an earlier one may have left), poll it,
+listen for its pushed reports, cancel it, close a cancel that never finished, book its end,
+or drop it. Every "when and what next" rule lives here, decided from data: the execution as
+held (whether its trigger is recorded as leaving is read off it: ``in_flight``), the moment,
+the cadence of its call in flight, why the question is asked (``occasion``), and until when
+a service's ``Retry-After`` holds its trigger back as this node heard (``held_back_until``).
+A planned call whose checks passed is ``PROCEED``: said, not told by handing the planned
+action back. It reads no clock and does no I/O; the engine (``ecron.engine``) carries the
+answer out, in one ``match``, and asks again.
 """
 
 from __future__ import annotations
@@ -14,10 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ecron.core.flight import Ownership, due_at, in_flight, ownership
-from ecron.core.machine import RETRY_AFTER, Transition, deadline_passed
+from ecron.core.flight import Ownership, due_at, held_back, in_flight, ownership
+from ecron.core.machine import Transition, deadline_passed
 from ecron.core.model import Execution
-from ecron.core.status import Status
+from ecron.core.plans import Holder
+from ecron.core.status import Status, WaitingFor
 
 #: When carrying an action out failed unexpectedly, it is tried again this much later.
 RETRY_AFTER_ERROR = timedelta(seconds=5)
@@ -84,7 +90,18 @@ class Broke:
     action: Action
 
 
-Occasion = Taken | Recorded | Due | Unanswered | Read | Broke
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """The one start path decided a run and wrote what it came to, which is not a start or a
+    skip (those are ``Recorded``): it waits to start, decided again at ``until`` at the
+    latest; or, under ``concurrency: replace``, it starts once the ``older`` runs are
+    cancelled."""
+
+    until: datetime | None = None
+    older: tuple[Holder, ...] = ()
+
+
+Occasion = Taken | Recorded | Due | Unanswered | Read | Broke | Decided
 
 
 # -- what to do --------------------------------------------------------------------------
@@ -95,6 +112,39 @@ class Start:
     """Decide at ``at`` whether the claimed execution starts (the one start path)."""
 
     at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class WaitToStart:
+    """A claimed run waits to start (``Execution.waiting_for`` says what for): decided again
+    at ``until``, or as soon as a run of its task or pool ends on this node."""
+
+    until: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Replace:
+    """``concurrency: replace``: cancel the ``older`` runs through the protocol, then decide
+    this one's start again."""
+
+    older: tuple[Holder, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Leave:
+    """The trigger of the call in flight (a step's) is due and not recorded as leaving yet:
+    record that it leaves; it is sent once that is written."""
+
+
+@dataclass(frozen=True, slots=True)
+class Proceed:
+    """The planned call whose time came passed its checks (the execution is held, not
+    ended, not past its deadline, not being cancelled, and no ``Retry-After`` holds it
+    back): make it now, as planned (the trigger, the poll, the listen)."""
+
+
+#: The one ``Proceed``: asked for every due poll, so none is made per poll.
+PROCEED = Proceed()
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,13 +212,31 @@ class Drop:
     lost: bool = False
 
 
-Action = Start | Trigger | Poll | Listen | Silent | Cancel | Close | Finish | Drop
+Action = (
+    Start
+    | WaitToStart
+    | Replace
+    | Leave
+    | Proceed
+    | Trigger
+    | Poll
+    | Listen
+    | Silent
+    | Cancel
+    | Close
+    | Finish
+    | Drop
+)
 #: Actions a worker carries out at their time (a call, or a read of the row).
 Timed = Trigger | Poll | Listen | Cancel | Close
 
 
 def next_action(
-    execution: Execution | None, now: datetime, cadence: Cadence, occasion: Occasion
+    execution: Execution | None,
+    now: datetime,
+    cadence: Cadence,
+    occasion: Occasion,
+    held_back_until: datetime | None = None,
 ) -> Action:
     """What the node holding ``execution`` does next (see the module docstring).
 
@@ -176,11 +244,14 @@ def next_action(
     write of a change lost its lease). The rules, in order: an ended execution is booked
     once (``Finish``), then dropped; a deadline found passed by a report cancels it; a row
     read again that another lease moved on, or that ended, is dropped (``ownership``); a
-    claimed one starts at its due time; a recorded cancel is closed after
-    ``cancel_grace``; a deadline passed cancels (with no cancel call when it passed while
-    the trigger was being recorded: that trigger never leaves); a planned call whose time
-    came is made; a call whose trigger has not left is triggered now, one whose trigger may
-    have left (taken over) is probed first; then the call is followed: pushed calls are
+    start decided as a wait or a replacement is carried out as one; a claimed one starts at
+    its due time; a recorded cancel is closed after ``cancel_grace``; a deadline passed
+    cancels (with no cancel call when it passed while the trigger was being recorded: that
+    trigger never leaves); a planned call whose time came is made (``PROCEED``), unless it is
+    a trigger that a service's ``Retry-After`` holds back (it waits for ``held_back_until``:
+    ``core.held_back``) or a step's trigger not recorded as leaving (``Leave``: recorded
+    first); a call whose trigger has not left is triggered now, one whose trigger may have
+    left (taken over) is probed first; then the call is followed: pushed calls are
     listened for until their heartbeat ends (then ``Silent``), others polled every
     ``poll_interval``, never past the deadline.
     """
@@ -193,13 +264,20 @@ def next_action(
         return Drop(f"execution is {execution.status}")
     if execution.status is Status.SCHEDULED:
         return Start(now + START_RETRY if isinstance(occasion, Broke) else due_at(execution))
+    # A stop that failed (its write, the database away) is tried again later, not at once:
+    # at once it fails again, in the worker that is handling the failure.
+    soonest = now + RETRY_AFTER_ERROR if isinstance(occasion, Broke) else now
     if execution.cancel_sent_at is not None:
-        return Close(execution.cancel_sent_at + cadence.cancel_grace)
+        return Close(max(execution.cancel_sent_at + cadence.cancel_grace, soonest))
     if deadline_passed(execution, now):
-        return Cancel(now, called=not _just_started(occasion))
+        return Cancel(soonest, called=not _just_started(occasion))
     match occasion:
+        case Due(Poll() | Listen()):
+            return PROCEED  # its checks passed: the call is made now (every due poll)
+        case Due(Trigger() as planned):
+            return _trigger_due(execution, planned, now, held_back_until)
         case Due(action):
-            return action  # the checks passed: its call is made now
+            return action  # a planned cancel or close whose time came, carried out so
         case Broke(Poll() as action):
             # a poll that could not be recorded (the database away, say) is asked again at
             # its own cadence when that is sooner: nothing is lost, only a poll repeated
@@ -216,6 +294,8 @@ def _by_occasion(
     row read again that is no longer this node's), or the execution to decide on (the row
     read again, when it is still this node's)."""
     match occasion:
+        case Due():
+            return None, execution  # a due action's time alone decides nothing (every poll)
         case Recorded(_) if execution is None:
             # the write lost its lease: nothing to book or cancel here, the node that holds
             # the execution now does (a woken node's answer to a call it had in flight when
@@ -234,7 +314,25 @@ def _by_occasion(
             if owned is Ownership.ENDED:
                 return Drop("it ended"), execution
             return None, fresh
+        case Decided(until) if until is not None and execution is not None:
+            return WaitToStart(until), execution
+        case Decided(_, older) if older and execution is not None:
+            return Replace(older), execution
     return None, execution
+
+
+def _trigger_due(
+    execution: Execution, planned: Trigger, now: datetime, held_back_until: datetime | None
+) -> Action:
+    """The checks before a planned trigger whose time came (past those of every planned
+    call: the execution is active, its deadline not passed, no cancel recorded): it waits
+    while a service's ``Retry-After`` holds it back, and a step's that is not recorded as
+    leaving is recorded first (``Leave``); else it is sent (``PROCEED``)."""
+    if (until := held_back(held_back_until, now)) is not None:
+        return Trigger(until, planned.probe_first)
+    if not in_flight(execution).started:
+        return Leave()
+    return PROCEED
 
 
 def _follow(execution: Execution, now: datetime, cadence: Cadence, occasion: Occasion) -> Action:
@@ -243,7 +341,7 @@ def _follow(execution: Execution, now: datetime, cadence: Cadence, occasion: Occ
     adopted = isinstance(occasion, Taken) and occasion.adopted
     if call.status is Status.PENDING and not call.started:
         return Trigger(now)  # a step's: recording that it leaves comes first
-    if call.status is Status.PENDING and execution.waiting_for == RETRY_AFTER:
+    if call.status is Status.PENDING and execution.waiting_for is WaitingFor.RETRY_AFTER:
         # the service held its trigger back: sent again at the moment it asked for, unless
         # the deadline comes first (then it times out there, with no cancel: nothing started)
         at = _capped(max(execution.not_before or now, now), execution)

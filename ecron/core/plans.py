@@ -57,8 +57,6 @@ class PoolGate:
     running: int = 0
     #: The pool's runs that wait for its room or its pace, in the order they start.
     line: tuple[InLine, ...] = ()
-    #: No trigger of the pool before this (the service's ``Retry-After``).
-    paused_until: datetime | None = None
     #: The next moment a trigger of the pool may leave under ``max_per_second``.
     next_trigger_at: datetime | None = None
 
@@ -79,8 +77,9 @@ class Gate:
     later: tuple[datetime, ...] = ()
     #: Its pool's gate, when it has a pool.
     pool: PoolGate | None = None
-    #: No trigger of the task before this (the service's ``Retry-After``; a task without a
-    #: pool: with one, the pool's ``paused_until`` says it).
+    #: No trigger of the task before this (the service's ``Retry-After``): its pool's moment
+    #: when it has a pool (one ``Retry-After`` holds back every task of the pool), else its
+    #: own (``core.held_back`` decides on it).
     held_back_until: datetime | None = None
 
 

@@ -97,6 +97,21 @@ class TriggerKind(StrEnum):
     BACKFILL = "backfill"
 
 
+class WaitingFor(StrEnum):
+    """What a run that cannot go on yet waits for (``Execution.waiting_for``)."""
+
+    #: Claimed (SCHEDULED): its pool's room or its pace (``max_running``, ``max_per_second``).
+    POOL = "pool"
+    #: Claimed (SCHEDULED), backfilled: an older run of its task under ``concurrency: forbid``.
+    CONCURRENCY = "concurrency"
+    #: The service asked for no trigger yet (``429``/``503`` with ``Retry-After``): claimed
+    #: (SCHEDULED) and not started, or PENDING with its trigger sent again at ``not_before``.
+    RETRY_AFTER = "retry-after"
+
+
+#: What the claimed runs that stand in their pool's line wait for.
+IN_LINE: frozenset[WaitingFor] = frozenset({WaitingFor.POOL, WaitingFor.RETRY_AFTER})
+
 #: Statuses that never change again.
 FINAL: frozenset[Status] = frozenset(
     {Status.SUCCESS, Status.FAILED, Status.TIMED_OUT, Status.CANCELLED, Status.SKIPPED}

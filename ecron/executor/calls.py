@@ -6,8 +6,8 @@ the cadence ``core.next_action`` follows it at."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from datetime import datetime
+from collections.abc import Callable, Container, Mapping
+from datetime import datetime, timedelta
 
 from ecron.config.model import CallSettings, TaskSpec
 from ecron.core import Execution, TriggerSent, in_flight
@@ -20,6 +20,8 @@ from ecron.planning import trigger_sent
 #: Cadences kept at most: one per call settings of a loaded spec (a task, each step), so a
 #: few reloads' worth.
 KNOWN_CADENCES = 10_000
+#: The cadence of an execution whose call is not followed (claimed, ended): never read.
+UNFOLLOWED = Cadence(timedelta(0), False, timedelta(0), timedelta(0))
 
 
 class UnknownTask(EcronError):
@@ -88,6 +90,20 @@ class Calls:
         """The cadence of the call in flight of ``execution`` (``UnknownTask`` when this
         node knows none of its task)."""
         return self.cadence(self.call_of(execution)[0])
+
+    def cadence_for(self, execution: Execution | None, held: Container[str]) -> Cadence:
+        """The cadence ``core.next_action`` follows ``execution`` at: its call in flight's;
+        none needed for one that is not active. A node that does not know the task can
+        follow only what it does not hold (a pushed report about another node's execution):
+        ``UnknownTask`` for one in ``held``."""
+        if execution is None or not execution.is_active:
+            return UNFOLLOWED
+        try:
+            return self.cadence(self.call_of(execution)[0])
+        except UnknownTask:
+            if execution.eid in held:
+                raise
+            return UNFOLLOWED
 
     def cadence(self, call: CallSettings) -> Cadence:
         """What ``core.next_action`` needs of ``call``'s settings (made once per settings)."""

@@ -12,11 +12,15 @@ database's threads, whichever is higher); and how late a timer of the loop fires
 exported as ``ecron_event_loop_lag_seconds``).
 
 The rule is additive increase, multiplicative decrease (as TCP's congestion window): every
-``SAMPLE_EVERY``, a lag over ``LAG_HIGH`` or, while the API is asked, a busy share over
-``BUSY_HIGH`` or a request slower than ``API_SLOW`` cuts the pace by ``CUT``; a lag under
-``LAG_LOW`` with the API idle, or quick on a node under ``BUSY_LOW``, raises it by a twentieth
-of the workers, up to all of them; it never goes below ``FLOOR_SHARE`` of them, so polls
-always go on. Polls that are not sent at once wait in due order (the oldest first), so every
+``SAMPLE_EVERY``, while the API is asked, a lag over ``LAG_HIGH``, a busy share over
+``BUSY_HIGH`` or a request slower than ``API_SLOW`` cuts the pace by ``CUT``, and a lag under
+``LAG_LOW`` on a node under ``BUSY_LOW`` raises it by a twentieth of the workers, up to all
+of them. With nobody asking, only a loop late by more than ``LAG_ALONE`` cuts it (fire times
+would be that late too), and a lag under ``LAG_HIGH`` raises it: a loop a few milliseconds
+late, or one slowed by a busy machine, is no reason to send fewer polls, and cutting on it
+held a node polling 10,000 jobs alone at a third of its workers and two thirds of a core
+(docs/performance.md). It never goes below ``FLOOR_SHARE`` of the workers, so polls always
+go on. Polls that are not sent at once wait in due order (the oldest first), so every
 execution's interval stretches by the same delay and none is starved. Triggers and cancels
 are never held back.
 
@@ -49,9 +53,13 @@ DATABASE_ALLOWANCE = 0.1
 #: How much of the busy share each sample moves it by (a moving average over about half a
 #: second: one busy moment does not cut the pace).
 SMOOTHING = 0.3
-#: Lag (seconds) of the loop above which fewer polls go out at once, and below which more do.
+#: Lag (seconds) of the loop above which fewer polls go out at once while the API is asked,
+#: and below which more do; with nobody asking, below ``LAG_HIGH`` more do.
 LAG_HIGH = 0.02
 LAG_LOW = 0.005
+#: Lag (seconds) above which fewer polls go out at once even with nobody asking: fire times
+#: would be as late (the budget's p99 trigger lag is 100 ms).
+LAG_ALONE = 0.1
 #: What a busy sample multiplies the pace by.
 CUT = 0.9
 #: The pace never goes below this share of the workers (at least 2).
@@ -89,10 +97,14 @@ class PollPace:
         self._lag.observe(lag)
         asked = now - self._asked_at < ASKED_WITHIN
         slow, self._slowest = self._slowest > API_SLOW, 0.0
-        pressed = asked and (slow or self.busy > BUSY_HIGH)
-        if lag > LAG_HIGH or pressed:
+        if asked:
+            cut = lag > LAG_HIGH or slow or self.busy > BUSY_HIGH
+            grow = lag < LAG_LOW and self.busy < BUSY_LOW
+        else:
+            cut, grow = lag > LAG_ALONE, lag < LAG_HIGH
+        if cut:
             limit = max(self.floor, int(self.limit * CUT))
-        elif lag < LAG_LOW and (not asked or self.busy < BUSY_LOW):
+        elif grow:
             limit = min(self.workers, self.limit + max(1, self.workers // 20))
         else:
             return

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from functools import partial
 from itertools import compress
 
@@ -25,18 +25,22 @@ from ecron.core import (
     ProbeFailed,
     Status,
     Stopped,
+    WaitingFor,
     ownership,
 )
-from ecron.core.machine import RETRY_AFTER, HeldBack
+from ecron.core.machine import HeldBack
 from ecron.core.next import Occasion, Read, Recorded, Unanswered
 from ecron.executor.batch import batch_poll
+from ecron.executor.calls import Calls
+from ecron.executor.held import Held
+from ecron.executor.held_back import HeldBackUntil
 from ecron.executor.http import CallContext, CallOutcome, HttpCaller, OutcomeKind
 from ecron.executor.outcomes import poll_event, trigger_event
-from ecron.executor.pauses import Pauses, pause_key
 from ecron.executor.recorder import Change, Recorder
 from ecron.executor.stopping import send_cancel
 from ecron.executor.trigger import Attempt, held_back
 from ecron.logs import about
+from ecron.store.base import Store
 
 log = structlog.get_logger(__name__)
 
@@ -76,17 +80,28 @@ class Performer:
     lease it is made on (never polled or triggered again meanwhile on that lease; a stop on
     a lease lost since does not hold up the newer lease's)."""
 
-    def __init__(self, *, recorder: Recorder, caller: HttpCaller, clock: Clock) -> None:
+    def __init__(
+        self,
+        *,
+        recorder: Recorder,
+        held: Held,
+        calls: Calls,
+        store: Store,
+        caller: HttpCaller,
+        clock: Clock,
+        node_id: str,
+        held_back: HeldBackUntil,
+    ) -> None:
         self.recorder = recorder
-        self.held = recorder.held
-        self.calls = recorder.calls
-        self.store = recorder.store
-        self.node_id = recorder.node_id
+        self.held = held
+        self.calls = calls
+        self.store = store
+        self.node_id = node_id
         self.caller = caller
         self.clock = clock
         self.stopping: set[tuple[str, int]] = set()
-        #: Where services asked for no trigger yet (``Retry-After``), as this node heard.
-        self.pauses = Pauses(clock)
+        #: Until when services asked for no trigger (``Retry-After``), as this node heard.
+        self.held_back = held_back
 
     # -- triggers ---------------------------------------------------------------------------
 
@@ -159,29 +174,21 @@ class Performer:
         change = await self.recorder.record(current, event)
         return Happened(eid, change.stored, Recorded(change.transition), change)
 
-    def paused_until(self, execution: Execution) -> datetime | None:
-        """Until when a service asked this node for no trigger of ``execution``'s pool (or
-        task); None when it did not, or that moment passed."""
-        if not self.pauses:  # the common case, before every trigger: nothing held back
-            return None
-        pool = self.calls.spec_of(execution.task).pool
-        return self.pauses.until(pause_key(execution.task, pool))
-
     async def _held_back(self, execution: Execution, outcome: CallOutcome) -> Happened:
         """The service held the trigger back (``429``/``503`` with ``Retry-After``): no trigger
         of the task's pool (or of the task) before that moment, here at once and on every
         node (``Store.hold_back``); the execution keeps its id and waits (``HeldBack``)."""
         assert outcome.retry_after is not None
         until = self.clock.now() + timedelta(seconds=outcome.retry_after)
-        pool = self.calls.spec_of(execution.task).pool
-        self.pauses.hold(pause_key(execution.task, pool), until)
-        whose = f"pool {pool.name}" if pool is not None else f"task {execution.task}"
+        pool = self.held_back.pool_of(execution.task)
+        self.held_back.hold(execution.task, until)
+        whose = f"pool {pool}" if pool is not None else f"task {execution.task}"
         message = (
             f"the service answered HTTP {outcome.http_status} with Retry-After: "
             f"no trigger of {whose} before {iso(until)}"
         )
         try:
-            await self.store.hold_back(execution.task, None if pool is None else pool.name, until)
+            await self.store.hold_back(execution.task, pool, until)
         except Exception:  # the execution waits anyway; other nodes learn at their next 429
             log.exception("hold_back_not_recorded", task=execution.task, execution_id=execution.eid)
         with about(execution, self.node_id):
@@ -287,7 +294,7 @@ class Performer:
             with about(execution, self.node_id):
                 acknowledged: bool | None = None
                 sent_once = execution.triggered_at is not None and called
-                if sent_once and execution.waiting_for != RETRY_AFTER:
+                if sent_once and execution.waiting_for is not WaitingFor.RETRY_AFTER:
                     # (a trigger the service held back started nothing: no cancel)
                     sent = await self.recorder.record(execution, CancelSent(), as_owner=owner)
                     if sent.stored is None or sent.stored.is_final:

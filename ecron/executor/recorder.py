@@ -5,7 +5,7 @@
 writes the result as a compare-and-set on fence and version, and settles a lost compare by
 reading the row again (``core.ownership``): under a lease that moved on (a higher fence)
 this node lets go; else the same event is applied again to the newer state. An end carries
-what must not be lost with it (its retry, planned by ``plan_end``), inserted in the same
+what must not be lost with it (its retry, planned by ``Retries``), inserted in the same
 transaction. Every write that landed then goes through ``written``: the newest state is
 held, a status change is logged, the trigger lag measured. What follows a change (the next
 call, an end's book-keeping) is the engine's, asked of ``core.next_action``; ``ended``
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
@@ -42,8 +42,9 @@ from ecron.core import (
     due_at,
     ownership,
 )
-from ecron.executor.calls import Calls
+from ecron.executor.calls import Calls, UnknownTask
 from ecron.executor.held import Held
+from ecron.executor.retries import Retries
 from ecron.logs import writes
 from ecron.metrics import Metrics, Series
 from ecron.store.base import Store
@@ -51,9 +52,6 @@ from ecron.store.records import Written
 from ecron.store.writer import StateWriter
 
 log = structlog.get_logger(__name__)
-
-#: What to insert in an end's own transaction (a retry), planned from the end.
-PlanEnd = Callable[[Execution], Awaitable[Sequence[Execution]]]
 
 
 class Change(NamedTuple):
@@ -85,7 +83,7 @@ class Recorder:
         clock: Clock,
         metrics: Metrics,
         node_id: str,
-        plan_end: PlanEnd,
+        retries: Retries,
     ) -> None:
         self.store = store
         #: Groups the writes (its lost write-behind changes come back to this recorder).
@@ -102,7 +100,7 @@ class Recorder:
         self.node_id = node_id
         #: Plans what is written with an end (its retry), so that a node that dies right
         #: after the end cannot lose it.
-        self.plan_end = plan_end
+        self.retries = retries
         self._background: set[asyncio.Task[None]] = set()
         self._series = Series(metrics)
         self._lost_leases = metrics.leases_lost
@@ -137,7 +135,7 @@ class Recorder:
                 stored: Execution | None = after
             else:
                 if transition.finished:
-                    inserted = await self.plan_end(after)
+                    inserted = await self.retries.with_end(after)
                 stored = await self.writer.save(
                     before, after, then_insert=inserted or (), lease=lease
                 )
@@ -272,6 +270,19 @@ class Recorder:
         if self.held.forget(eid, fence) is not None:
             log.debug("execution_let_go", execution_id=eid, reason=why)
             self._lost_leases.inc()
+
+    async def hand_back(self, eid: str, unknown: UnknownTask) -> None:
+        """This node does not know the task of ``eid``: release it for a node that does."""
+        execution = self.held.forget(eid)
+        if execution is None or execution.owner is None:
+            return
+        log.warning(
+            "execution_handed_back", task=unknown.task, execution_id=eid, reason=str(unknown)
+        )
+        try:
+            await self.store.release_leases(execution.owner, [eid])
+        except Exception:
+            log.exception("hand_back_failed", execution_id=eid)
 
     async def close(self, timeout: float = 2.0) -> None:
         """Let the rows being read again be read, then close the writer (the daemon

@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
-from ecron.capacity import CONCURRENCY
-from ecron.core import Execution
+from ecron.core import Execution, WaitingFor
 from ecron.executor.calls import Calls
 
 
@@ -44,13 +43,13 @@ class Waiters:
         return eids - self._behind(eids)
 
     def _behind(self, eids: set[str]) -> set[str]:
-        """Those of ``eids`` that wait in turn (``CONCURRENCY``) behind an older one of the
-        same task among them: they stay, to be woken by a later end."""
+        """Those of ``eids`` that wait in turn (``WaitingFor.CONCURRENCY``) behind an older
+        one of the same task among them: they stay, to be woken by a later end."""
         oldest: dict[str, tuple[datetime, str]] = {}
         behind: set[str] = set()
         for eid in eids:
             execution = self.held.get(eid)
-            if execution is None or execution.waiting_for != CONCURRENCY:
+            if execution is None or execution.waiting_for is not WaitingFor.CONCURRENCY:
                 continue
             place = (execution.scheduled_at, eid)
             ahead = oldest.setdefault(execution.task, place)

@@ -6,6 +6,7 @@ import asyncio
 import os
 import stat
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from dataclasses import dataclass
@@ -28,6 +29,52 @@ SQLITE_BUSY_TIMEOUT_MS = 10_000
 SQLITE_CACHE_KIB = 65_536
 #: WAL pages written between two automatic checkpoints (SQLite's default is 1,000).
 SQLITE_CHECKPOINT_PAGES = 10_000
+
+
+class WriteTurns:
+    """Whose turn it is to write (SQLite: one writer at a time in this process), first come
+    first served, except that an urgent writer (the node's lease) goes before every writer
+    still waiting: it waits for the transaction under way only. A node writing many rows (a
+    batch poll's progress, starts asked from the API) queues seconds of transactions, and a
+    renewal waiting behind them let the lease run out (``leases_expired_unrenewed``) on a
+    node that was alive and well."""
+
+    def __init__(self) -> None:
+        self._busy = False
+        self._urgent: deque[asyncio.Future[None]] = deque()
+        self._waiting: deque[asyncio.Future[None]] = deque()
+
+    @asynccontextmanager
+    async def turn(self, *, urgent: bool = False) -> AsyncIterator[None]:
+        """Hold the turn for the block (``urgent``: before every writer still waiting)."""
+        if self._busy or self._urgent or (self._waiting and not urgent):
+            line = self._urgent if urgent else self._waiting
+            waiter = asyncio.get_running_loop().create_future()
+            line.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._hand_on()  # handed the turn as it was cancelled: pass it on
+                else:
+                    line.remove(waiter)
+                raise
+        else:
+            self._busy = True
+        try:
+            yield
+        finally:
+            self._hand_on()
+
+    def _hand_on(self) -> None:
+        """The turn goes to the first urgent writer waiting, else to the first other one."""
+        for line in (self._urgent, self._waiting):
+            while line:
+                waiter = line.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)  # still busy: the turn passes straight on
+                    return
+        self._busy = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +147,7 @@ class Engines:
                 url = f"sqlite+aiosqlite:///file:{quote(str(path))}?mode=ro&uri=true"
             self.reader = _sqlite_engine(url, immediate=False, busy_ms=busy_timeout_ms)
             self.writer = _sqlite_engine(url, immediate=True, busy_ms=busy_timeout_ms)
-            self._write_lock: asyncio.Lock | None = asyncio.Lock()
+            self._turns: WriteTurns | None = WriteTurns()
         elif parsed.drivername == "postgresql+asyncpg":
             self.dialect = Dialect(
                 "postgresql",
@@ -119,7 +166,7 @@ class Engines:
                 connect_args={"server_settings": settings} if settings else {},
             )
             self.reader = self.writer = engine
-            self._write_lock = None
+            self._turns = None
         else:
             raise StoreError(
                 f"database {url!r}: use sqlite+aiosqlite:///FILE or postgresql+asyncpg://..."
@@ -128,15 +175,16 @@ class Engines:
         self.lock = locks_for(self.dialect.path, self.writer)
 
     @asynccontextmanager
-    async def write(self) -> AsyncIterator[AsyncConnection]:
-        """A write transaction: committed on success, rolled back on error."""
+    async def write(self, *, urgent: bool = False) -> AsyncIterator[AsyncConnection]:
+        """A write transaction: committed on success, rolled back on error (``urgent``: on
+        SQLite, before the writers waiting, see ``WriteTurns``)."""
         started = time.monotonic()
         try:
-            if self._write_lock is None:
+            if self._turns is None:
                 async with self.writer.begin() as conn:
                     yield conn
             else:
-                async with self._write_lock, self.writer.begin() as conn:
+                async with self._turns.turn(urgent=urgent), self.writer.begin() as conn:
                     yield conn
         finally:
             if self.observe is not None:
@@ -146,9 +194,10 @@ class Engines:
     async def single(self) -> AsyncIterator[AsyncConnection]:
         """A connection for statements that stand alone, each its own transaction
         (PostgreSQL's autocommit: no ``BEGIN`` and ``COMMIT`` round trips around it): a
-        lease renewal is one statement, one round trip. On SQLite a write transaction."""
-        if self._write_lock is not None:
-            async with self.write() as conn:
+        lease renewal is one statement, one round trip. On SQLite an urgent write
+        transaction: the node's lease goes before the writes waiting (``WriteTurns``)."""
+        if self._turns is not None:
+            async with self.write(urgent=True) as conn:
                 yield conn
             return
         started = time.monotonic()

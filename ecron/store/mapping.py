@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
 
 from ecron.config.model import TaskSpec
-from ecron.core import Execution, Reason, Status, Step, TriggerKind
+from ecron.core import Execution, Reason, Status, Step, TriggerKind, WaitingFor
 from ecron.store.bulk import Kind
 from ecron.store.records import TaskState
 from ecron.store.tables import UTCDateTime, execution_table
@@ -53,6 +53,8 @@ def execution_values(
         values["trigger_kind"] = execution.trigger_kind.value
     if "reason" in values:
         values["reason"] = None if execution.reason is None else execution.reason.value
+    if "waiting_for" in values and execution.waiting_for is not None:
+        values["waiting_for"] = execution.waiting_for.value
     return values
 
 
@@ -71,6 +73,8 @@ def to_execution(row: RowMapping | Mapping[str, Any], steps: Sequence[Step] = ()
     values["status"] = Status(values["status"])
     values["trigger_kind"] = TriggerKind(values["trigger_kind"])
     values["reason"] = None if values["reason"] is None else Reason(values["reason"])
+    if values["waiting_for"] is not None:
+        values["waiting_for"] = WaitingFor(values["waiting_for"])
     values["progress"] = float(values["progress"])
     return Execution(**values, steps=tuple(steps))
 

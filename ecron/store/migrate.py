@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
 
 #: The newest migration (``ecron/store/migrations/versions``).
-HEAD = "0013"
+HEAD = "0014"
 
 
 def alembic_config() -> AlembicConfig:

@@ -95,7 +95,7 @@ class PoolState:
 
     running: int
     waiting: int
-    paused_until: datetime | None
+    held_back_until: datetime | None
 
 
 @dataclass(frozen=True, slots=True)

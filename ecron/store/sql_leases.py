@@ -17,7 +17,18 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ecron.core import ACTIVE, HELD, Execution, FirePlan, Gate, Holder, Lease, Status, TriggerKind
+from ecron.core import (
+    ACTIVE,
+    HELD,
+    IN_LINE,
+    Execution,
+    FirePlan,
+    Gate,
+    Holder,
+    Lease,
+    Status,
+    TriggerKind,
+)
 from ecron.core.plans import InLine, PoolGate
 from ecron.store.bulk import Batch, Kind
 from ecron.store.engine import Dialect, Engines
@@ -30,7 +41,6 @@ from ecron.store.records import (
     StartWrites,
 )
 from ecron.store.retry import retried, retrying
-from ecron.store.sql_pools import IN_LINE
 from ecron.store.sql_tasks import can_fire
 from ecron.store.tables import execution_table, pool_table, task_table
 
@@ -193,7 +203,7 @@ class LeaseOperations:
         ).where(
             execution_table.c.task.in_(everyone),
             execution_table.c.status == str(Status.SCHEDULED),
-            execution_table.c.waiting_for.in_(IN_LINE),
+            execution_table.c.waiting_for.in_(sorted(IN_LINE)),
         )
         for task, kind, when, eid in await conn.execute(waiting):
             line[members[task]].append((kind == str(TriggerKind.BACKFILL), when, eid))
@@ -202,13 +212,15 @@ class LeaseOperations:
                 pools[name][0],
                 running=running[name],
                 line=tuple(sorted(line[name])),
-                paused_until=rows[name].paused_until if name in rows else None,
                 next_trigger_at=rows[name].next_trigger_at if name in rows else None,
             )
             for name in names
         }
+        held_back = {name: rows[name].held_back_until for name in names if name in rows}
         return {
-            task: replace(gate, pool=filled[members[task]]) if task in members else gate
+            task: replace(gate, pool=filled[pool], held_back_until=held_back.get(pool))
+            if (pool := members.get(task)) is not None
+            else gate
             for task, gate in gates.items()
         }
 

@@ -86,7 +86,7 @@ class NodeOperations:
                 "version": __version__,
             },
         ).returning(node_table.c.epoch)
-        async with self.engines.write() as conn:
+        async with self.engines.write(urgent=True) as conn:  # the node waits on it for all
             epoch = (await conn.execute(statement)).scalar_one()
         return Lease(node, int(epoch))
 

@@ -10,14 +10,11 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from ecron.core import ACTIVE, Status
+from ecron.core import ACTIVE, IN_LINE, Status
 from ecron.store.engine import Engines
 from ecron.store.records import PoolState
 from ecron.store.retry import retried
 from ecron.store.tables import execution_table, pool_table, task_table
-
-#: ``waiting_for`` of the claimed runs that stand in their pool's line.
-IN_LINE = ["pool", "retry-after"]
 
 
 class PoolOperations:
@@ -30,7 +27,7 @@ class PoolOperations:
         if pool is None:
             table, key, column = task_table, task_table.c.name == task, task_table.c.held_back_until
         else:
-            table, key, column = pool_table, pool_table.c.name == pool, pool_table.c.paused_until
+            table, key, column = pool_table, pool_table.c.name == pool, pool_table.c.held_back_until
         later = sa.or_(column.is_(None), column < until)
         async with self.engines.write() as conn:
             await conn.execute(table.update().where(key, later).values({column.name: until}))
@@ -49,18 +46,18 @@ class PoolOperations:
                     execution_table.c.status.in_([str(status) for status in ACTIVE]),
                     sa.and_(
                         execution_table.c.status == str(Status.SCHEDULED),
-                        execution_table.c.waiting_for.in_(IN_LINE),
+                        execution_table.c.waiting_for.in_(sorted(IN_LINE)),
                     ),
                 ),
             )
             .group_by(task, execution_table.c.status)
         )
-        rows = sa.select(pool_table.c.name, pool_table.c.paused_until).where(
+        rows = sa.select(pool_table.c.name, pool_table.c.held_back_until).where(
             pool_table.c.name.in_(sorted(pools))
         )
         async with self.engines.read() as conn:
             for name, status, count in await conn.execute(counted):
                 tally = waiting if status == str(Status.SCHEDULED) else running
                 tally[members[name]] += count
-            paused = {row.name: row.paused_until for row in await conn.execute(rows)}
-        return {name: PoolState(running[name], waiting[name], paused.get(name)) for name in pools}
+            held = {row.name: row.held_back_until for row in await conn.execute(rows)}
+        return {name: PoolState(running[name], waiting[name], held.get(name)) for name in pools}

@@ -212,14 +212,15 @@ class NodeRow(SQLModel, table=True):
 
 
 class PoolRow(SQLModel, table=True):
-    """What the nodes share about a pool (or a task without one, as ``task:NAME``) beyond
-    its executions: the service's ``Retry-After`` and the pace of ``max_per_second``."""
+    """What the nodes share about a pool beyond its executions: the service's
+    ``Retry-After`` and the pace of ``max_per_second``. (A task without a pool keeps its
+    ``Retry-After`` on its own row: ``TaskRow.held_back_until``.)"""
 
     __tablename__: ClassVar[str] = "pool"
 
     name: str = Field(primary_key=True, max_length=210)
     #: No trigger of the pool leaves before this (a 429/503 with ``Retry-After``).
-    paused_until: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    held_back_until: datetime | None = Field(default=None, sa_type=UTCDateTime)
     #: The next moment a trigger of the pool may leave under ``max_per_second``.
     next_trigger_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
 

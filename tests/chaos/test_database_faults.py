@@ -251,14 +251,16 @@ def small_disk(path: Path, size: str) -> Iterator[Path]:
 
 
 def fill(directory: Path) -> Path:
-    """Write a file into ``directory`` until the disk is full; the file."""
+    """Write a file into ``directory`` until the disk is full; the file. Unbuffered: a
+    buffered file keeps what its last write could not place and writes it again when it is
+    closed, which fails once more on the full disk (whenever the space left was not a whole
+    number of blocks)."""
     filler = directory / "filler"
     block = b"\0" * 65536
-    with filler.open("wb") as out:
+    with filler.open("wb", buffering=0) as out:
         try:
             while True:
                 out.write(block)
-                out.flush()
         except OSError as exc:
             if exc.errno != errno.ENOSPC:
                 raise

@@ -28,10 +28,10 @@ def api_context(daemon: Daemon) -> ApiContext:
         metrics=daemon.metrics,
         last_tick=lambda: daemon.scheduler.last_tick,
         load=daemon.engine.load,
-        answered=daemon.engine.executor.pace.answered,
+        answered=daemon.engine.answered,
         audit=daemon.audit,
         callers=daemon.callers,
-        held=daemon.engine.held,
+        held=daemon.parts.held,
     )
 
 

@@ -136,7 +136,7 @@ class Rig:
 
         async def done() -> list[Execution] | None:
             found = await self.executions(task)
-            quiet = not self.engine.held and self.engine.idle
+            quiet = not self.parts.held and self.engine.idle
             return (
                 found if len(found) == count and all(e.is_final for e in found) and quiet else None
             )
