@@ -81,10 +81,10 @@ from bench.hold import LAPSES, Phase, counters, log_events, pg_deadlocks
 from bench.hold import run_baseline as hold_baseline
 from bench.hold import run_ecron as hold_ecron
 from bench.runs import (
+    Meters,
     cpu_figures,
     latency_figures,
     manual_tasks,
-    own_cpu,
     pin_clients,
     wait_triggers,
 )
@@ -155,27 +155,6 @@ def held(figures: dict[str, Any]) -> bool:
         and figures["deadlocks_retried"] == 0
         and not figures["deadlocks_detected"]
     )
-
-
-class Meters:
-    """The CPU used from now by a process (ecron's daemon or a baseline), the user service,
-    this script (its clients) and the embedded PostgreSQL server (None on SQLite)."""
-
-    def __init__(self, child: Child, service: Service, databases: Databases) -> None:
-        self.readers = {
-            "cpu": child.cpu_seconds,
-            "service_cpu": service.child.cpu_seconds,
-            "client_cpu": own_cpu,
-            "database_cpu": databases.cpu_seconds,
-        }
-        self.start = {name: read() for name, read in self.readers.items()}
-
-    def used(self) -> dict[str, float | None]:
-        result: dict[str, float | None] = {}
-        for name, read in self.readers.items():
-            now, then = read(), self.start[name]
-            result[name] = None if now is None or then is None else now - then
-        return result
 
 
 def per_unit(cpu: float | None, units: int) -> float | None:

@@ -50,6 +50,7 @@ import aiohttp
 
 from bench.common import (
     SERVICE_CORE,
+    Child,
     Daemon,
     Databases,
     RunAsked,
@@ -168,12 +169,12 @@ async def wait_triggers(service: Service, label: str, count: int, timeout: float
 
 
 class Meters:
-    """The CPU used over a window by ecron, the user service, this script (the clients and
+    """The CPU used over a window by a process (ecron or a baseline), the user service, this script (the clients and
     the reader) and the embedded PostgreSQL server (None on SQLite)."""
 
-    def __init__(self, daemon: Daemon, service: Service, databases: Databases) -> None:
+    def __init__(self, child: Child, service: Service, databases: Databases) -> None:
         self.readers = {
-            "cpu": daemon.child.cpu_seconds,
+            "cpu": child.cpu_seconds,
             "service_cpu": service.child.cpu_seconds,
             "client_cpu": own_cpu,
             "database_cpu": databases.cpu_seconds,
@@ -215,7 +216,7 @@ async def run_idle(args: Any, service: Service, url: str, scratch: Path) -> dict
         await asyncio.sleep(args.settle)
         rss_idle = daemon.child.rss()
         recorder = profiler(args, daemon.child, args.profile_phase == "idle")
-        meters = Meters(daemon, service, args.databases)
+        meters = Meters(daemon.child, service, args.databases)
         started = time.monotonic()
         asked = await ask_runs(daemon.api, task_names(args.tasks), args.runs, args.clients)
         asked_end = time.monotonic()
@@ -266,7 +267,7 @@ async def run_fires(args: Any, service: Service, url: str, scratch: Path) -> dic
         start = math.ceil(ready_at + args.fire_warmup)
         end = start + args.fire_duration
         await asyncio.sleep(max(0.0, start - time.time()))
-        meters = Meters(daemon, service, args.databases)
+        meters = Meters(daemon.child, service, args.databases)
         await asyncio.sleep(max(0.0, end - time.time()))
         used = meters.used()
         await asyncio.sleep(args.fire_drain)
@@ -326,7 +327,7 @@ async def run_ceiling(args: Any, service: Service, url: str, scratch: Path) -> d
         await asyncio.sleep(args.settle)
         recorder = profiler(args, daemon.child, args.profile_phase == "ceiling")
         polls_start = (await service.get("/_stats/runs"))["polls_total"]
-        meters = Meters(daemon, service, args.databases)
+        meters = Meters(daemon.child, service, args.databases)
         started = time.monotonic()
         reading = asyncio.create_task(reader.run())
         until = started + args.duration
