@@ -169,8 +169,8 @@ async def wait_triggers(service: Service, label: str, count: int, timeout: float
 
 
 class Meters:
-    """The CPU used over a window by a process (ecron or a baseline), the user service, this script (the clients and
-    the reader) and the embedded PostgreSQL server (None on SQLite)."""
+    """The CPU used over a window by a process (ecron or a baseline), the user service, this
+    script (the clients and the reader) and the embedded PostgreSQL server (None on SQLite)."""
 
     def __init__(self, child: Child, service: Service, databases: Databases) -> None:
         self.readers = {
