@@ -22,6 +22,7 @@ from ecron.clock import Clock
 from ecron.commands import Commands
 from ecron.config.model import DaemonSettings, TaskSpec
 from ecron.core import Execution
+from ecron.core.next import cancel_grace, ends_by
 from ecron.engine import Engine
 from ecron.errors import Conflict, NotFound, NothingToResume
 from ecron.leases import Leases
@@ -170,16 +171,18 @@ class Patrol:
         return 1
 
     async def stale(self, now: datetime) -> int:
-        """Take over active executions nothing seems to drive (past their deadline, or in
-        callback mode silent past ``heartbeat_timeout``, by ``STALE_MARGIN``), whoever holds
-        them, and let the engine end them as the rules say."""
+        """Take over active executions nothing seems to drive (``_left_alone``: past the
+        moment their holder would have ended them, or in callback mode silent past
+        ``heartbeat_timeout``, by ``STALE_MARGIN``), whoever holds them, and let the engine
+        end them as the rules say."""
         silent = {
             name: now - spec.heartbeat_timeout - STALE_MARGIN
             for name, spec in self.specs.items()
             if spec.mode != "poll"  # pushed only: callback or queue
         }
         found = await self.store.stuck(now - STALE_MARGIN, silent, PATROL_LIMIT)
-        taken = await self.leases.force_claim([e.eid for e in found if e.task in self.specs], now)
+        stale = [e.eid for e in found if self._left_alone(e, now, silent)]
+        taken = await self.leases.force_claim(stale, now)
         for execution in taken:
             log.warning(
                 "stale_execution_taken_over",
@@ -189,6 +192,25 @@ class Patrol:
             )
             self.engine.adopt(execution)
         return len(taken)
+
+    def _left_alone(
+        self, execution: Execution, now: datetime, silent: Mapping[str, datetime]
+    ) -> bool:
+        """True when nothing drives ``execution`` (one of the patrol's specs): a pushed one
+        silent since ``silent``, or one ``STALE_MARGIN`` past the moment its holder would
+        have ended it by itself (``core.ends_by``: its deadline, or the close of a cancel
+        recorded as sent, ``cancel_grace`` later). A holder waiting out the cancel it
+        recorded (a node killed between the record and the call's answer, say) is left
+        to close it: taking it from a live node then only makes two nodes fight over it."""
+        spec = self.specs.get(execution.task)
+        if spec is None:
+            return False
+        heard = execution.last_report_at or execution.triggered_at
+        since = silent.get(execution.task)
+        if since is not None and heard is not None and heard < since:
+            return True
+        ends = ends_by(execution, _cancel_grace(spec))
+        return ends is not None and ends < now - STALE_MARGIN
 
     async def chains(self, now: datetime) -> int:
         """Start the chained runs whose start a node's death lost (``Chains.sweep``)."""
@@ -219,3 +241,9 @@ class Patrol:
                 if count < PURGE_BATCH:
                     break
         return deleted
+
+
+def _cancel_grace(spec: TaskSpec) -> timedelta:
+    """The longest ``cancel_grace`` of the calls of ``spec`` (its own, or its steps')."""
+    numbers: list[int | None] = list(range(1, len(spec.steps) + 1)) if spec.steps else [None]
+    return max(cancel_grace(spec.call(number).request_timeout) for number in numbers)

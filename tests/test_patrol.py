@@ -145,6 +145,42 @@ async def test_an_execution_past_its_deadline_held_by_a_live_node_is_taken_over_
     assert user_service.methods_for("stuck") == ["DELETE"]
 
 
+async def test_an_execution_whose_holder_waits_out_the_cancel_it_recorded_is_left_to_it(
+    database_url: str, user_service: UserService
+) -> None:
+    """Its cancel was recorded as sent at the deadline (the node that sent it was killed
+    before its answer): its holder closes it three request timeouts (30 s) later, without a
+    second cancel. The patrol leaves it alone until 30 s past that close, not 30 s past
+    the deadline: taking it then from a live holder made two nodes take it from each other
+    (a crash loop under load). Past the close and the margin, it takes it and ends it."""
+    spec = task("a", f"{user_service.url}/jobs/x", request_timeout="10s")
+    async with rig(database_url, [spec], T0) as r:
+        deadline = T0 - timedelta(seconds=31)
+        waiting = old_execution(
+            "waiting",
+            Status.RUNNING,
+            None,
+            triggered_at=deadline - HOUR,
+            deadline=deadline,
+            cancel_sent_at=deadline,
+            owner="other-node",
+            lease_until=T0 + HOUR,
+            fence=2,
+        )
+        await r.store.create_execution(waiting)
+        early = await r.patrol.run_once()
+        untouched = await r.store.get_execution("waiting")
+        r.clock.set(deadline + timedelta(seconds=61))
+        late = await r.patrol.run_once()
+        done = await wait_for(lambda: r.status_is("waiting", Status.TIMED_OUT))
+        execution = await r.store.get_execution("waiting")
+    assert early is not None and early["stale"] == 0
+    assert untouched is not None and untouched.owner == "other-node" and untouched.fence == 2
+    assert late is not None and late["stale"] == 1 and done
+    assert execution is not None and execution.owner == "n1"
+    assert user_service.calls == []  # the cancel was sent once, before: never again
+
+
 async def test_a_silent_callback_mode_execution_held_by_a_live_node_ends_unreachable(
     database_url: str, user_service: UserService
 ) -> None:

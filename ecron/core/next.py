@@ -30,6 +30,26 @@ RETRY_AFTER_ERROR = timedelta(seconds=5)
 #: When a start decision could not be made (the database is away), it is tried again this
 #: much later.
 START_RETRY = timedelta(seconds=1)
+#: A cancel recorded as sent is given this many of its call's request timeouts to end the
+#: execution before the node ends it without a second cancel call (``Close``).
+CANCEL_GRACE_TIMEOUTS = 3
+
+
+def cancel_grace(request_timeout: timedelta) -> timedelta:
+    """How long a cancel recorded as sent may take (``Cadence.cancel_grace``)."""
+    return request_timeout * CANCEL_GRACE_TIMEOUTS
+
+
+def ends_by(execution: Execution, grace: timedelta) -> datetime | None:
+    """When the node holding ``execution`` ends it by itself at the latest (None: it never
+    has to): at its deadline, it records and sends the cancel; once a cancel is recorded
+    as sent, ``grace`` (its ``cancel_grace``) after that it closes it. Past this, nothing
+    seems to drive it (the patrol's stale rule)."""
+    deadline, cancel_sent_at = execution.deadline, execution.cancel_sent_at
+    if cancel_sent_at is None:
+        return deadline
+    closed = cancel_sent_at + grace
+    return closed if deadline is None else max(deadline, closed)
 
 
 @dataclass(frozen=True, slots=True)

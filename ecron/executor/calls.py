@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from ecron.config.model import CallSettings, TaskSpec
 from ecron.core import Execution, TriggerSent, in_flight
-from ecron.core.next import Cadence
+from ecron.core.next import Cadence, cancel_grace
 from ecron.errors import EcronError
 from ecron.executor.http import CallContext
 from ecron.executor.recent import Recent
@@ -114,7 +114,7 @@ class Calls:
             poll_interval=call.poll_interval,
             pushed=call.pushed,
             heartbeat_timeout=call.heartbeat_timeout,
-            cancel_grace=call.request_timeout * 3,
+            cancel_grace=cancel_grace(call.request_timeout),
         )
         if len(self._cadences) >= KNOWN_CADENCES:
             self._cadences.clear()
