@@ -114,6 +114,41 @@ async def test_progress_and_message_are_stored_while_the_execution_runs(
         await final(daemon, eid)
 
 
+async def test_a_snapshot_read_as_the_node_lets_go_never_shows_an_older_progress(
+    make_daemon: DaemonFactory, user_service: UserService
+) -> None:
+    """The node holds a progress not written yet (it settles for up to 2 s); the API reads
+    the row (still 0 %), and the node lets go of the execution before the answer is made
+    (it ended meanwhile, say). The answer shows the progress the node held when the read
+    began, not the older row: progress seen through the API never goes back (seen as
+    66 % then 0 % then 100 % on a loaded machine)."""
+    user_service.duration = 60
+    spec = task("slow", f"{user_service.url}/jobs/report", poll_interval="100ms")
+    async with make_daemon([spec]) as daemon:
+        status, started = await api(daemon, "POST", "/api/v1/tasks/slow/run")
+        assert status == 202
+        eid = started["id"]
+        held = daemon.parts.held
+
+        async def ahead() -> bool:
+            mine, row = held.get(eid), await daemon.store.get_execution(eid)
+            return mine is not None and row is not None and mine.progress > row.progress
+
+        await wait_for(ahead, timeout=10, interval=0.02)
+        shown = held[eid].progress
+        read = daemon.store.get_execution
+
+        async def read_then_let_go(name: str) -> Any:
+            row = await read(name)
+            held.forget(eid)  # the node lets go between the read and the answer
+            return row
+
+        daemon.store.get_execution = read_then_let_go  # type: ignore[method-assign]
+        status, snapshot = await api(daemon, "GET", f"/api/v1/executions/{eid}")
+    assert status == 200
+    assert snapshot["progress"] >= shown > 0
+
+
 async def test_the_run_endpoint_answers_at_once_while_the_trigger_is_still_unanswered(
     make_daemon: DaemonFactory, user_service: UserService
 ) -> None:

@@ -66,9 +66,21 @@ async def snapshots(request: web.Request, executions: list[Execution]) -> list[d
     )
 
 
-async def snapshot(request: web.Request, execution: Execution) -> dict[str, Any]:
-    """The snapshot of one execution, naming its resume when it has one."""
-    return (await snapshots(request, [execution]))[0]
+async def snapshot(
+    request: web.Request, execution: Execution, held_before: Execution | None = None
+) -> dict[str, Any]:
+    """The snapshot of one execution, naming its resume when it has one. ``held_before``:
+    the execution as this node held it before its row was read. The read may return a row
+    older than what the node held then (a progress not written yet) and the node may have
+    let go of it since (it ended meanwhile): the snapshot then shows what the node held,
+    never an older state than an earlier answer showed."""
+    ctx = context(request)
+    mine = ctx.held.get(execution.eid) or held_before
+    held = {} if mine is None else {execution.eid: mine}
+    (shown,) = await execution_snapshots(
+        ctx.store, [execution], ctx.clock.now(), ctx.commands.specs, held=held
+    )
+    return shown
 
 
 async def _execution(request: web.Request) -> Execution:
@@ -105,7 +117,8 @@ async def find_execution(store: Store, name: str) -> Execution:
 @routes.get("/api/v1/executions/{eid}")
 async def get_execution(request: web.Request) -> web.Response:
     """One execution's snapshot."""
-    return web.json_response(await snapshot(request, await _execution(request)))
+    held_before = context(request).held.get(request.match_info["eid"])
+    return web.json_response(await snapshot(request, await _execution(request), held_before))
 
 
 @routes.get("/api/v1/executions/{eid}/steps")
