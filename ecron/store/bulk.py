@@ -183,7 +183,9 @@ class Batch:
         if not encoded:
             return set()
         if self._postgres:
-            params = {"rows": orjson.dumps(encoded).decode()}
+            params: dict[str, Any] = {"rows": orjson.dumps(encoded).decode()}
+            if self._by_array:
+                params["keys"] = [row[self.key[0]] for row in encoded]
             if guard is not None:
                 params.update(guard.params)
             sql = self._pg_update(returning, None if guard is None else guard.sql)
@@ -202,6 +204,11 @@ class Batch:
 
     # -- PostgreSQL -----------------------------------------------------------------------
 
+    @property
+    def _by_array(self) -> bool:
+        """The rows are named by one key of text or numbers (an array of its values)."""
+        return len(self.key) == 1 and self.columns[self.key[0]] in ("text", "int")
+
     def _pg_source(self) -> str:
         typed = ", ".join(f"{name} {_PG_TYPES[kind]}" for name, kind in self.columns.items())
         return f"jsonb_to_recordset(CAST(:rows AS jsonb)) AS v({typed})"
@@ -213,9 +220,16 @@ class Batch:
 
     def _pg_update(self, returning: str, guard: str | None = None) -> str:
         keys = ", ".join(self.key)
+        # The rows named: by one key, as an array of its values, which the planner reads
+        # along the key's index whatever it believes of the table (a plan made when the
+        # table was small, and kept, scanned all of it at every write once it had grown:
+        # 24 ms a statement at 31,000 rows); by several, joined with the rows given.
+        if self._by_array:
+            named = f"{self.table}.{keys} = ANY(CAST(:keys AS {_PG_TYPES[self.columns[keys]]}[]))"
+        else:
+            named = f"({keys}) IN (SELECT {keys} FROM v)"
         locked = (  # every row named, locked in the order of its key before any is changed
-            f"SELECT {keys} FROM {self.table} WHERE ({keys}) IN (SELECT {keys} FROM v) "
-            f"ORDER BY {keys} FOR UPDATE"
+            f"SELECT {keys} FROM {self.table} WHERE {named} ORDER BY {keys} FOR UPDATE"
         )
         sets = []
         for column, source in self.assign.items():
@@ -226,6 +240,7 @@ class Batch:
         if self.also:
             sets.append(self.also)
         conditions = [f"{self.table}.{name} = v.{name}" for name in (*self.key, *self.match)]
+        conditions.append(named)
         conditions.append(
             f"({', '.join(f'{self.table}.{k}' for k in self.key)}) IN (SELECT {keys} FROM locked)"
         )
