@@ -9,7 +9,9 @@ compare-and-set of each row stays exact. How depends on the database, decided he
   ordered by it, in the same statement), whatever order the rows came in and whatever
   join the planner picks: two statements that lock some of the same rows take them in
   one order, so a node's own writers (progress saves, ends, starts, takeovers) never
-  deadlock one another (DESIGN.md, "Scale").
+  deadlock one another (DESIGN.md, "Scale"). Rows found by one key are named by an array
+  of its values as well (``= ANY(...)``), so that every plan, a generic one made when the
+  table was small included, reads them along the key's index, never the whole table.
 - **SQLite** (in-process, so a statement costs no network): one ``executemany`` of a
   plain parameterised statement, which SQLite runs in C at a few microseconds a row
   (JSON would be parsed again for every column of every row). A compare-and-set reads
