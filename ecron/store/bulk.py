@@ -242,7 +242,6 @@ class Batch:
         if self.also:
             sets.append(self.also)
         conditions = [f"{self.table}.{name} = v.{name}" for name in (*self.key, *self.match)]
-        conditions.append(named)
         conditions.append(
             f"({', '.join(f'{self.table}.{k}' for k in self.key)}) IN (SELECT {keys} FROM locked)"
         )
