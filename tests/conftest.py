@@ -8,6 +8,7 @@ import asyncio
 import io
 import logging
 import shutil
+import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -149,6 +150,16 @@ def json_logs() -> Iterator[io.StringIO]:
     finally:
         structlog.reset_defaults()
         root.handlers, root.level = handlers, level
+
+
+@pytest.fixture
+def logs_to_stderr() -> Iterator[None]:
+    """The daemon runs in this process: its log lines go to stderr, not into the output
+    the CLI runner captures (tests of the CLI against an in-process daemon use it)."""
+    saved = structlog.get_config()
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+    yield
+    structlog.configure(**saved)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

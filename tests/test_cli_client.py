@@ -11,7 +11,7 @@ import os
 import re
 import signal
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -21,7 +21,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-import structlog
 from aiohttp import web
 from click.testing import CliRunner, Result
 
@@ -47,21 +46,13 @@ MILLISECONDS = r"\d\d:\d\d:\d\d\.\d{3}(?!Z)"
 #: day other than today has its month and day first).
 WALL = r"((Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) \d\d )?\d\d:\d\d:\d\d [A-Z]{2,6}"
 
+pytestmark = pytest.mark.usefixtures("logs_to_stderr")
+
 
 @pytest.fixture
 def database_url(tmp_path: Path) -> str:
     """The CLI does not depend on the database: SQLite here."""
     return f"sqlite+aiosqlite:///{tmp_path / 'ecron.db'}"
-
-
-@pytest.fixture(autouse=True)
-def logs_to_stderr() -> Iterator[None]:
-    """The daemon runs in this process: its log lines go to stderr, not into the output
-    the CLI runner captures."""
-    saved = structlog.get_config()
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
-    yield
-    structlog.configure(**saved)
 
 
 @pytest.fixture

@@ -7,12 +7,11 @@ from __future__ import annotations
 import asyncio
 import re
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
-import structlog
 from aiohttp import web
 from click.testing import CliRunner, Result
 
@@ -31,21 +30,13 @@ HOSTILE = "\x1b[8m hidden \x1b]0;pwned\x07 \u202e evil \x9b2J\r over"
 #: reorder text.
 RAW = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
 
+pytestmark = pytest.mark.usefixtures("logs_to_stderr")
+
 
 @pytest.fixture
 def database_url(tmp_path: Path) -> str:
     """What the CLI prints does not depend on the database: SQLite."""
     return f"sqlite+aiosqlite:///{tmp_path / 'ecron.db'}"
-
-
-@pytest.fixture(autouse=True)
-def logs_to_stderr() -> Iterator[None]:
-    """The daemon runs in this process: its log lines go to stderr, not into the output
-    the CLI runner captures."""
-    saved = structlog.get_config()
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
-    yield
-    structlog.configure(**saved)
 
 
 @pytest.fixture
